@@ -1,0 +1,78 @@
+"""Fallback extractors: what produces a page's output when the labelling path cannot.
+
+Registered by name (``--fallback NAME``). Each takes the decoded page and returns main HTML; the pipeline
+converts it to Markdown with the same converter as the main path, so a fallback result is never left
+without Markdown (an upstream defect, UPSTREAM.md §1.0).
+"""
+
+from __future__ import annotations
+
+import difflib
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+
+
+class Fallback(ABC):
+    """Produces main HTML from a whole page."""
+
+    name: str = "base"
+
+    @abstractmethod
+    def main_html(self, html: str, url: str | None) -> str:
+        """Main content of ``html`` as HTML ('' when nothing is found)."""
+
+
+_FALLBACKS: dict[str, Callable[[], Fallback]] = {}
+
+
+def register_fallback(name: str) -> Callable:
+    def decorator(factory: Callable[[], Fallback]) -> Callable[[], Fallback]:
+        _FALLBACKS[name] = factory
+        return factory
+
+    return decorator
+
+
+@register_fallback("trafilatura")
+class TrafilaturaFallback(Fallback):
+    """Trafilatura's main-content extraction (HTML output, tables kept, comments dropped)."""
+
+    name = "trafilatura"
+
+    def __init__(self) -> None:
+        from trafilatura import extract
+        from trafilatura.settings import Extractor
+
+        self._extract = extract
+        self._options = Extractor(output_format="html", tables=True, comments=False)
+
+    def main_html(self, html: str, url: str | None) -> str:
+        self._options.url = url
+        return self._extract(html, options=self._options) or ""
+
+
+@register_fallback("empty")
+class EmptyFallback(Fallback):
+    """No fallback content: the page ends as an empty result with its reason recorded."""
+
+    name = "empty"
+
+    def main_html(self, html: str, url: str | None) -> str:
+        return ""
+
+
+def build_fallback(name: str) -> Fallback:
+    """The fallback registered as ``name``.
+
+    Raises:
+        KeyError: unknown name, with the closest registered names.
+    """
+    if name not in _FALLBACKS:
+        close = difflib.get_close_matches(name, _FALLBACKS, n=2)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise KeyError(f"unknown fallback {name!r} (known: {', '.join(sorted(_FALLBACKS))}){hint}")
+    return _FALLBACKS[name]()
+
+
+def available_fallbacks() -> list[str]:
+    return sorted(_FALLBACKS)

@@ -1,0 +1,157 @@
+"""The labeler interface: simplified pages in, one boolean per block out.
+
+A labeler implements :meth:`BlockLabeler.label_batch`; the base class owns timing, counters and the
+turning of per-page failures into recorded fallbacks. Labelers are found by name in a registry, which is
+what the CLI, the data plane and Airflow params use.
+"""
+
+from __future__ import annotations
+
+import difflib
+import time
+from abc import ABC, abstractmethod
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from dripper_core.types import Page, SimplifiedPage
+
+
+@dataclass(slots=True)
+class LabelRequest:
+    """What a labeler sees of one page: the raw page (for ground truth, URL) and its simplified views."""
+
+    page: Page
+    simplified: SimplifiedPage
+
+
+@dataclass(slots=True)
+class Labels:
+    """A labeler's answer for one page.
+
+    Attributes:
+        main: One boolean per block, in id order (``True`` = main content); ``None`` on failure.
+        failure: Why no labels were produced (the page goes to the fallback), ``None`` on success.
+        confidence: Optional per-block confidence (e.g. the log-probability margin main − other).
+        raw_output: Optional raw model output, for debugging.
+    """
+
+    main: list[bool] | None
+    failure: str | None = None
+    confidence: list[float] | None = None
+    raw_output: str | None = None
+
+    @classmethod
+    def failed(cls, reason: str) -> Labels:
+        return cls(main=None, failure=reason)
+
+
+@dataclass
+class LabelerStats:
+    """Per-labeler counters, in the spirit of datatrove's per-step stats."""
+
+    pages: int = 0
+    blocks: int = 0
+    main_blocks: int = 0
+    seconds: float = 0.0
+    failures: Counter = field(default_factory=Counter)
+
+    def as_dict(self) -> dict:
+        return {
+            "pages": self.pages,
+            "blocks": self.blocks,
+            "main_blocks": self.main_blocks,
+            "seconds": round(self.seconds, 4),
+            "failures": dict(self.failures),
+        }
+
+
+class BlockLabeler(ABC):
+    """Labels the blocks of simplified pages as main content or not.
+
+    Subclasses set ``name`` and implement :meth:`label_batch`. They may raise for a whole batch only on
+    configuration errors; per-page problems are returned as :meth:`Labels.failed` with a reason.
+    """
+
+    name: str = "base"
+
+    def __init__(self) -> None:
+        self.stats = LabelerStats()
+
+    @abstractmethod
+    def label_batch(self, requests: Sequence[LabelRequest]) -> list[Labels]:
+        """Label every block of every page; one :class:`Labels` per request, in order."""
+
+    def __call__(self, requests: Sequence[LabelRequest]) -> list[Labels]:
+        started = time.perf_counter()
+        results = self.label_batch(requests)
+        if len(results) != len(requests):
+            raise RuntimeError(
+                f"labeler {self.name!r} returned {len(results)} answers for {len(requests)} pages"
+            )
+        for request, result in zip(requests, results, strict=True):
+            expected = request.simplified.n_blocks
+            if result.main is not None and len(result.main) != expected:
+                result.failure = f"labeler returned {len(result.main)} labels for {expected} blocks"
+                result.main = None
+            self.stats.pages += 1
+            self.stats.blocks += expected
+            if result.main is None:
+                self.stats.failures[result.failure or "unknown"] += 1
+            else:
+                self.stats.main_blocks += sum(result.main)
+        self.stats.seconds += time.perf_counter() - started
+        return results
+
+    def close(self) -> None:  # noqa: B027 - optional hook; engines release GPUs, servers, processes here
+        """Release resources held by the labeler."""
+
+
+LabelerFactory = Callable[..., BlockLabeler]
+_REGISTRY: dict[str, LabelerFactory] = {}
+
+
+def register_labeler(name: str) -> Callable[[LabelerFactory], LabelerFactory]:
+    """Register a labeler class or factory under ``name`` (used by ``--labeler NAME``)."""
+
+    def decorator(factory: LabelerFactory) -> LabelerFactory:
+        if name in _REGISTRY:
+            raise ValueError(f"labeler {name!r} is already registered")
+        _REGISTRY[name] = factory
+        return factory
+
+    return decorator
+
+
+def available_labelers() -> list[str]:
+    _load_builtin_labelers()
+    return sorted(_REGISTRY)
+
+
+def build_labeler(name: str, **options) -> BlockLabeler:
+    """Build the labeler registered as ``name`` with ``options``.
+
+    Raises:
+        KeyError: unknown name, with the closest registered names.
+    """
+    _load_builtin_labelers()
+    if name not in _REGISTRY:
+        close = difflib.get_close_matches(name, _REGISTRY, n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise KeyError(f"unknown labeler {name!r} (known: {', '.join(sorted(_REGISTRY))}){hint}")
+    return _REGISTRY[name](**options)
+
+
+_BUILTIN_MODULES = ("dripper_core.labelers.oracle",)
+
+
+def _load_builtin_labelers() -> None:
+    # Importing a module registers its labelers; heavy engines import their dependencies only when built.
+    import importlib
+
+    for module in _BUILTIN_MODULES:
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as error:
+            if error.name != module:
+                raise

@@ -1,0 +1,155 @@
+"""Per-item simplification of the model's view: attribute pruning, list shortening, text cut.
+
+Each function mutates one detached item tree in place, exactly as ``mineru-html`` 1.1.2 does
+(UPSTREAM.md §1.3), so the Simplified HTML matches what the released weights saw in training.
+"""
+
+from __future__ import annotations
+
+from lxml import etree
+
+from dripper_core.simplify.tags import CUTOFF_LENGTH, ELLIPSIS, UNCOUNTED_TEXT_TAGS
+
+_KEPT_IMG_ATTRS = ("alt", "class", "id")
+
+
+def prune_attributes(item: etree._Element) -> None:
+    """Keep ``class`` and ``id`` everywhere, plus ``src`` (unless a data URI) and ``alt`` on images."""
+    for element in item.iter():
+        if not isinstance(element.tag, str):
+            continue
+        attrib = element.attrib
+        if not attrib:
+            continue
+        if element.tag == "img":
+            src = attrib.get("src", "").strip()
+            kept = [("src", src)] if src and not src.startswith("data:image/") else []
+            kept += [(name, attrib.get(name, "").strip()) for name in _KEPT_IMG_ATTRS]
+        else:
+            kept = [("class", attrib.get("class", "").strip()), ("id", attrib.get("id", "").strip())]
+        attrib.clear()
+        for name, value in kept:
+            if value:
+                attrib[name] = value
+
+
+def shorten_lists(item: etree._Element) -> None:
+    """Show lists as first entry, ``<span>...</span>``, last entry (``dl``: first and last dt groups)."""
+    # Top-down, each list shortened before its remaining children are visited.
+    stack = [item]
+    while stack:
+        element = stack.pop()
+        tag = element.tag
+        if tag in ("ul", "ol"):
+            children = list(element)
+            if len(children) > 2:
+                for child in children[1:-1]:
+                    element.remove(child)
+                children[-1].addprevious(_list_ellipsis())
+        elif tag == "dl":
+            children = list(element)
+            if len(children) > 2:
+                terms = [index for index, child in enumerate(children) if child.tag == "dt"]
+                if len(terms) > 1:
+                    first_group = children[terms[0] : terms[1]]
+                    last_group = children[terms[-1] :]
+                    for child in children:
+                        element.remove(child)
+                    element.extend(first_group)
+                    element.append(_list_ellipsis())
+                    element.extend(last_group)
+        stack.extend(reversed([child for child in element if isinstance(child.tag, str)]))
+
+
+def _list_ellipsis() -> etree._Element:
+    ellipsis = etree.Element("span")
+    ellipsis.text = "..."
+    return ellipsis
+
+
+def has_content(item: etree._Element) -> bool:
+    """Whether the item shows non-blank text or an image with a src.
+
+    As upstream, an image counts by its src alone: text following an ``<img>`` (its tail) is not looked at.
+    """
+    for element in item.iter():
+        if element.text and element.text.strip():
+            return True
+        if element.tag == "img":
+            if element.get("src", "").strip():
+                return True
+        elif element is not item and element.tail and element.tail.strip():
+            return True
+    return False
+
+
+def cut_text(item: etree._Element, max_length: int = CUTOFF_LENGTH) -> None:
+    """Cut the item's visible text to ``max_length`` characters plus ``...``, dropping what follows.
+
+    Text inside ``table`` and ``math`` is neither counted nor cut; tail text always counts (an upstream
+    quirk kept for fidelity). At the cut, everything after it in document order is blanked and the
+    following siblings of the cut node and of its ancestors are removed.
+    """
+    # (kind, node, text, can_cut) in document order. A frame is (node, excluded, parent_excluded,
+    # closing); the closing frame emits the node's tail once its subtree is done.
+    entries: list[tuple[str, etree._Element, str, bool]] = []
+    total = 0
+    parent_excluded = _excluded_up(item.getparent())
+    stack = [(item, parent_excluded or item.tag in UNCOUNTED_TEXT_TAGS, parent_excluded, False)]
+    while stack:
+        node, excluded, parent_excluded, closing = stack.pop()
+        if closing:
+            if node.tail:
+                entries.append(("tail", node, node.tail, not parent_excluded))
+                total += len(node.tail)
+            continue
+        if node.text and not excluded:
+            entries.append(("text", node, node.text, True))
+            total += len(node.text)
+        stack.append((node, excluded, parent_excluded, True))
+        for child in reversed(node):
+            stack.append((child, excluded or child.tag in UNCOUNTED_TEXT_TAGS, excluded, False))
+    if total <= max_length:
+        return
+    used = 0
+    cut_done = False
+    for kind, node, text, can_cut in entries:
+        if cut_done:
+            if kind == "text":
+                node.text = None
+            else:
+                node.tail = None
+            continue
+        if used + len(text) <= max_length:
+            used += len(text)
+        elif can_cut:
+            cut = text[: max_length - used] + ELLIPSIS
+            if kind == "text":
+                node.text = cut
+            else:
+                node.tail = cut
+            used = max_length
+            cut_done = True
+            _drop_following(node)
+        else:
+            used += len(text)
+
+
+def _excluded_up(node: etree._Element | None) -> bool:
+    while node is not None:
+        if node.tag in UNCOUNTED_TEXT_TAGS:
+            return True
+        node = node.getparent()
+    return False
+
+
+def _drop_following(node: etree._Element) -> None:
+    """Remove the following siblings of ``node`` and of each of its ancestors."""
+    while node is not None:
+        parent = node.getparent()
+        if parent is None:
+            return
+        following = list(node.itersiblings())
+        for sibling in following:
+            parent.remove(sibling)
+        node = parent
