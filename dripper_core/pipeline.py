@@ -3,6 +3,10 @@
 :func:`extract` handles one page, :func:`extract_batch` a list, :func:`iter_extract` a stream (in batches,
 as a GPU labeler wants them). Every input page ends as exactly one :class:`ExtractResult`: bad input gets
 a result with its reason, labelling failures go to the fallback with theirs; nothing raises per page.
+
+The data plane splits the work: :func:`prepare_page` (decode, check, simplify: CPU) runs in the simplify
+stage, and :meth:`Extractor.extract_simplified` (label, reconstruct, convert, fall back) in the extract stage,
+with the same results as :meth:`Extractor.extract_batch` on the same pages.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from dripper_core.decode import decode_html
 from dripper_core.fallback import Fallback, build_fallback
@@ -23,6 +27,9 @@ from dripper_core.types import ExtractResult, Page, SimplifiedPage
 DEFAULT_LABELER = "trafilatura"
 _TAG_START = re.compile(r"<[A-Za-z!/?]")
 _BINARY_CHARS = re.compile(r"[\x00-\x08\x0e-\x1f]")
+#: Reasons (prefixes) :func:`prepare_page` gives to input that is no page at all: such a page ends as
+#: ``extractor="none"``, not in the fallback (which could not do better with it).
+INPUT_PROBLEMS = ("empty_input", "not_html", "too_large", "invalid_input")
 
 
 @dataclass(frozen=True)
@@ -54,6 +61,80 @@ class ExtractOptions:
 
 
 @dataclass
+class PreparedPage:
+    """A page decoded, checked and simplified (:func:`prepare_page`), ready for labelling.
+
+    Attributes:
+        text: The decoded HTML (what the fallback reads).
+        simplified: The simplified page, or ``None`` when the page could not be simplified.
+        problem: Why the page cannot be labelled, or ``None``: an input problem (see
+            :data:`INPUT_PROBLEMS`), ``simplify_failed: …`` or ``no_blocks`` (``simplified`` kept).
+        stats: ``input_bytes``, ``encoding``, ``simplify_seconds``, ``n_blocks`` as far as they got.
+    """
+
+    text: str
+    simplified: SimplifiedPage | None
+    problem: str | None
+    stats: dict = field(default_factory=dict)
+
+    @property
+    def invalid(self) -> bool:
+        """Whether :attr:`problem` is an input problem (no fallback: the result says ``none``)."""
+        return is_input_problem(self.problem)
+
+
+def is_input_problem(problem: str | None) -> bool:
+    """Whether a :attr:`PreparedPage.problem` says the input is no page (see :data:`INPUT_PROBLEMS`)."""
+    return bool(problem) and problem.split(":", 1)[0] in INPUT_PROBLEMS
+
+
+def prepare_page(page: Page, options: ExtractOptions | None = None) -> PreparedPage:
+    """Decode, check and simplify one page, as :meth:`Extractor.extract_batch` does before labelling.
+
+    Never raises for a bad page: the reason is in :attr:`PreparedPage.problem`.
+    """
+    options = options or ExtractOptions()
+    stats: dict = {}
+    if page.metadata.get("input_error"):
+        return PreparedPage("", None, f"invalid_input: {page.metadata['input_error']}", stats)
+    html = page.html
+    if isinstance(html, bytes | bytearray | memoryview):
+        size = len(html)
+    elif isinstance(html, str):
+        size = len(html.encode("utf-8", "surrogatepass"))
+    else:
+        return PreparedPage("", None, f"invalid_input: html is {type(html).__name__}", stats)
+    stats["input_bytes"] = size
+    if size > options.max_page_bytes:
+        return PreparedPage(
+            "", None, f"too_large: {size} bytes > max_page_bytes={options.max_page_bytes}", stats
+        )
+    if isinstance(html, str):
+        text = html
+    else:
+        decoded = decode_html(bytes(html), page.http_charset)
+        text = decoded.text
+        stats["encoding"] = decoded.encoding
+    problem = _input_problem(text)
+    if problem:
+        return PreparedPage("", None, problem, stats)
+    simplified = None
+    started = time.perf_counter()
+    try:
+        simplified = simplify_html(text, page.doc_id, page.url, options.simplify)
+    except RecursionError:
+        problem = "simplify_failed: nesting too deep"
+    except Exception as error:  # a page the simplifier cannot take goes to the fallback, not the batch
+        problem = f"simplify_failed: {type(error).__name__}: {error}"[:300]
+    stats["simplify_seconds"] = time.perf_counter() - started
+    if simplified is not None:
+        stats["n_blocks"] = simplified.n_blocks
+        if simplified.n_blocks == 0:
+            problem = "no_blocks"
+    return PreparedPage(text, simplified, problem, stats)
+
+
+@dataclass
 class _Work:
     """One page on its way through a batch."""
 
@@ -76,14 +157,47 @@ class Extractor:
             build_fallback(self.options.fallback) if self.options.fallback else None
         )
         self.extractor_name = f"dripper:{self.labeler.name}"
+        self._simplify_options = replace(self.options.simplify, block_text=self.labeler.needs_block_text)
 
     def extract_batch(self, pages: Sequence[Page]) -> list[ExtractResult]:
         """One result per page, in order."""
-        work = [self._prepare(page) for page in pages]
+        return self._label_and_finish([self._prepare(page) for page in pages])
+
+    def extract_simplified(
+        self, items: Sequence[tuple[Page, SimplifiedPage | None, str | None]]
+    ) -> list[ExtractResult]:
+        """Like :meth:`extract_batch` for pages simplified elsewhere (the simplify stage's shards).
+
+        Each item is ``(page, simplified, problem)``, as :func:`prepare_page` left it, with ``page.html``
+        the decoded text (the fallback reads it):
+
+        - ``(page, simplified, None)``: labelled (a page with no blocks goes to the fallback, ``no_blocks``);
+        - ``(page, simplified_or_None, problem)``: not labelled; an input problem (:data:`INPUT_PROBLEMS`)
+          ends as ``extractor="none"``, any other problem (``simplify_failed: …``) goes to the fallback
+          with ``problem`` as its reason;
+        - ``(page, None, None)``: simplified here first, as :meth:`extract_batch` does.
+
+        One result per item, in order; the same results as :meth:`extract_batch` on the same pages.
+        """
+        work = []
+        for page, simplified, problem in items:
+            if simplified is None and problem is None:
+                work.append(self._prepare(page))
+                continue
+            text = page.html if isinstance(page.html, str) else decode_html(page.html, page.http_charset).text
+            prepared = PreparedPage(text, simplified, problem)
+            if simplified is not None:
+                prepared.stats["n_blocks"] = simplified.n_blocks
+                if problem is None and simplified.n_blocks == 0:
+                    prepared.problem = "no_blocks"
+            work.append(self._work_from(page, prepared, time.perf_counter()))
+        return self._label_and_finish(work)
+
+    def _label_and_finish(self, work: list[_Work]) -> list[ExtractResult]:
         labelled = [item for item in work if item.result is None and item.needs_fallback is None]
         if labelled:
             started = time.perf_counter()
-            answers = self.labeler([LabelRequest(item.page, item.simplified) for item in labelled])
+            answers = self.labeler([LabelRequest(item.page, item.simplified, item.text) for item in labelled])
             share = (time.perf_counter() - started) / len(labelled)
             for item, answer in zip(labelled, answers, strict=True):
                 item.stats["label_seconds"] = share
@@ -113,45 +227,16 @@ class Extractor:
     # -- steps ---------------------------------------------------------------------------------------
 
     def _prepare(self, page: Page) -> _Work:
-        item = _Work(page=page, started=time.perf_counter())
-        if page.metadata.get("input_error"):
-            self._finish(item, "", "", None, "none", f"invalid_input: {page.metadata['input_error']}")
-            return item
-        html = page.html
-        if isinstance(html, bytes | bytearray | memoryview):
-            size = len(html)
-        elif isinstance(html, str):
-            size = len(html.encode("utf-8", "surrogatepass"))
-        else:
-            self._finish(item, "", "", None, "none", f"invalid_input: html is {type(html).__name__}")
-            return item
-        item.stats["input_bytes"] = size
-        if size > self.options.max_page_bytes:
-            reason = f"too_large: {size} bytes > max_page_bytes={self.options.max_page_bytes}"
-            self._finish(item, "", "", None, "none", reason)
-            return item
-        if isinstance(html, str):
-            item.text = html
-        else:
-            decoded = decode_html(bytes(html), page.http_charset)
-            item.text = decoded.text
-            item.stats["encoding"] = decoded.encoding
-        problem = _input_problem(item.text)
-        if problem:
-            self._finish(item, "", "", None, "none", problem)
-            return item
         started = time.perf_counter()
-        try:
-            item.simplified = simplify_html(item.text, page.doc_id, page.url, self.options.simplify)
-        except RecursionError:
-            item.needs_fallback = "simplify_failed: nesting too deep"
-        except Exception as error:  # a page the simplifier cannot take goes to the fallback, not the batch
-            item.needs_fallback = f"simplify_failed: {type(error).__name__}: {error}"[:300]
-        item.stats["simplify_seconds"] = time.perf_counter() - started
-        if item.simplified is not None:
-            item.stats["n_blocks"] = item.simplified.n_blocks
-            if item.simplified.n_blocks == 0:
-                item.needs_fallback = "no_blocks"
+        return self._work_from(page, prepare_page(page, self.options), started)
+
+    def _work_from(self, page: Page, prepared: PreparedPage, started: float) -> _Work:
+        item = _Work(page=page, started=started, text=prepared.text, simplified=prepared.simplified)
+        item.stats.update(prepared.stats)
+        if prepared.invalid:
+            self._finish(item, "", "", None, "none", prepared.problem)
+        elif prepared.problem is not None:
+            item.needs_fallback = prepared.problem
         return item
 
     def _build_output(self, item: _Work, labels: list[bool], confidence: list[float] | None) -> None:
@@ -238,7 +323,7 @@ def extract_batch(
     """
     options = options or ExtractOptions()
     if fallback != options.fallback:
-        options = _replace(options, fallback=fallback)
+        options = replace(options, fallback=fallback)
     return Extractor(labeler, options).extract_batch(pages)
 
 
@@ -253,9 +338,3 @@ def extract(
     """Extract the main content of one page (``html`` as text, or bytes to be decoded)."""
     page = Page(doc_id="page", html=html, url=url, ground_truth=ground_truth)
     return extract_batch([page], labeler, fallback, options)[0]
-
-
-def _replace(options: ExtractOptions, **changes) -> ExtractOptions:
-    from dataclasses import replace
-
-    return replace(options, **changes)

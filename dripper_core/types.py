@@ -42,7 +42,8 @@ class Block:
         item_id: 1-based id, contiguous in document order, as the model sees it.
         tag: Tag of the block's element in the original DOM (``cc-alg-uc-text`` for runs of inline content).
         simplified_html: The block as the model sees it (attributes pruned, text cut, lists shortened).
-        text: The block's full text from the mapping view (not truncated), whitespace collapsed.
+        text: The block's full visible text from the mapping view (not truncated), whitespace collapsed
+            ('' when simplified with ``SimplifyOptions(block_text=False)``).
     """
 
     item_id: int

@@ -19,10 +19,26 @@ from dripper_core.types import Page, SimplifiedPage
 
 @dataclass(slots=True)
 class LabelRequest:
-    """What a labeler sees of one page: the raw page (for ground truth, URL) and its simplified views."""
+    """What a labeler sees of one page: the raw page (for ground truth, URL) and its simplified views.
+
+    ``decoded_html`` is the page as text when the pipeline decoded it from bytes (``html_text`` gives the
+    text either way).
+    """
 
     page: Page
     simplified: SimplifiedPage
+    decoded_html: str | None = None
+
+    @property
+    def html_text(self) -> str:
+        if self.decoded_html is not None:
+            return self.decoded_html
+        html = self.page.html
+        if isinstance(html, str):
+            return html
+        from dripper_core.decode import decode_html
+
+        return decode_html(bytes(html), self.page.http_charset).text
 
 
 @dataclass(slots=True)
@@ -74,6 +90,8 @@ class BlockLabeler(ABC):
     """
 
     name: str = "base"
+    needs_block_text: bool = True
+    """Whether the labeler reads :attr:`Block.text` (an LM reads the Simplified HTML only)."""
 
     def __init__(self) -> None:
         self.stats = LabelerStats()
@@ -142,7 +160,7 @@ def build_labeler(name: str, **options) -> BlockLabeler:
     return _REGISTRY[name](**options)
 
 
-_BUILTIN_MODULES = ("dripper_core.labelers.oracle",)
+_BUILTIN_MODULES = ("dripper_core.labelers.oracle", "dripper_core.labelers.trafilatura")
 
 
 def _load_builtin_labelers() -> None:

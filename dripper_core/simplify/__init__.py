@@ -39,7 +39,7 @@ __all__ = ["EmptyDocumentError", "SimplifyOptions", "simplify_html", "ITEM_ID_AT
 
 _FULL_DOCUMENT = re.compile(r"^\s*<(?:html|!doctype)", re.IGNORECASE)
 _ROUND_TRIP_PARSER = etree.HTMLParser()
-_TEXT_OUTSIDE_TAGS = re.compile(r"(<[^>]+>)|([^<]+)")
+_TAG = re.compile(r"(<[^>]+>)")
 _WHITESPACE = re.compile(r"\s+")
 
 
@@ -51,6 +51,8 @@ class SimplifyOptions:
         cutoff_length: Characters of text shown per item before ``...`` (upstream: 500).
         keep_body_text: Make items of text that sits directly under ``<body>``, which upstream silently
             drops (the only deliberate change to the model input; it adds items only on such pages).
+        block_text: Fill :attr:`Block.text` (the block's full visible text, which text-based labelers
+            need; an LM labeler does not, and skipping it saves a pass over the blocks).
         exact_round_trip: Pass every item through upstream's serialise-and-reparse step instead of only
             those where it changes something (slower; for conformance checks).
     """
@@ -58,6 +60,7 @@ class SimplifyOptions:
     cutoff_length: int = CUTOFF_LENGTH
     keep_body_text: bool = True
     exact_round_trip: bool = False
+    block_text: bool = True
 
     def __post_init__(self) -> None:
         if self.cutoff_length < 1:
@@ -127,9 +130,9 @@ def _as_plain_div(tree: etree._Element) -> None:
 
 
 def _collapse_text_whitespace(markup: str) -> str:
-    return _TEXT_OUTSIDE_TAGS.sub(
-        lambda match: match.group(1) or _WHITESPACE.sub(" ", match.group(2)), markup
-    ).strip()
+    parts = _TAG.split(markup)  # text at even indexes, tags at odd ones
+    parts[::2] = [_WHITESPACE.sub(" ", text) if text else text for text in parts[::2]]
+    return "".join(parts).strip()
 
 
 def simplify_html(
@@ -190,7 +193,7 @@ def simplify_html(
             item_id=item_id,
             tag=element.tag if element is not None else "",
             simplified_html=piece,
-            text=visible_text(element) if element is not None else "",
+            text=visible_text(element) if element is not None and options.block_text else "",
         )
         for item_id, piece, element in mapped
     ]
