@@ -1,0 +1,180 @@
+"""Fixtures of the data-plane tests: the bundled sample snapshot, one uninterrupted reference run of both
+stages (the outputs every other run is compared with), and an S3 server (moto) on 127.0.0.1, started once
+per test session."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+
+from dripper_core.labelers.base import BlockLabeler, Labels
+
+REPO = Path(__file__).resolve().parents[3]
+SAMPLE_BASE = REPO / "data" / "sample"
+SAMPLE_SNAPSHOT = f"snapshot:CC-MAIN-SAMPLE@{SAMPLE_BASE}"
+MANIFEST = json.loads((SAMPLE_BASE / "manifest.json").read_text())
+SAMPLE_PAGES = 196
+SAMPLE_RECORDS = 622
+#: The import path of the test labeler, for runs in other processes (CLI subprocesses, Dask workers).
+LONG_BLOCKS = "tests.dripper_core.stages.conftest:LongBlocks"
+
+
+class LongBlocks(BlockLabeler):
+    """Main = blocks of at least ``min_words`` words: deterministic, fast, and exercises reconstruction and
+    Markdown conversion like a real labeler (no model, no ground truth needed)."""
+
+    name = "long-blocks"
+
+    def __init__(self, min_words: int = 8) -> None:
+        super().__init__()
+        self.min_words = min_words
+        self.batch_sizes: list[int] = []
+
+    def label_batch(self, requests):
+        self.batch_sizes.append(len(requests))
+        return [
+            Labels([len(block.text.split()) >= self.min_words for block in request.simplified.blocks])
+            for request in requests
+        ]
+
+
+# -- reading and comparing stage outputs -------------------------------------------------------------------
+
+#: Columns that hold timings (differ between any two runs).
+TIMING_COLUMNS = {"simplify_seconds"}
+
+
+def read_stage(root: str, stage: str, storage_options: dict | None = None) -> list[dict]:
+    """All rows of the finished shards of ``{root}/{stage}``, in shard order."""
+    import pyarrow.parquet as pq
+
+    from dripper_core.io.storage import filesystem_for
+    from dripper_core.stages.shards import done_shard_paths
+
+    rows = []
+    for path in done_shard_paths(f"{root}/{stage}", storage_options):
+        fs, fs_path = filesystem_for(path, storage_options)
+        with fs.open(fs_path, "rb") as f:
+            rows += pq.read_table(f).to_pylist()
+    return rows
+
+
+def comparable(rows: list[dict], drop: tuple[str, ...] = ()) -> dict[str, dict]:
+    """Rows by doc_id without timings (and without ``drop`` columns); asserts doc_ids are unique."""
+    by_id = {}
+    for row in rows:
+        row = {k: v for k, v in row.items() if k not in TIMING_COLUMNS and k not in drop}
+        if "stats" in row and isinstance(row["stats"], str):
+            stats = json.loads(row["stats"])
+            row["stats"] = {k: v for k, v in stats.items() if not k.endswith("seconds")}
+        assert row["doc_id"] not in by_id, f"duplicate doc_id {row['doc_id']}"
+        by_id[row["doc_id"]] = row
+    return by_id
+
+
+@pytest.fixture(scope="session")
+def reference_run(tmp_path_factory) -> dict:
+    """The sample snapshot through both stages, in-process, uninterrupted: the expected outputs."""
+    from dripper_core.stages.extract import extract_stage
+    from dripper_core.stages.simplify import simplify_stage
+
+    root = str(tmp_path_factory.mktemp("reference") / "run")
+    simplify_report = simplify_stage(SAMPLE_SNAPSHOT, root, workers=0, progress=False)
+    labeler = LongBlocks()
+    extract_report = extract_stage(root, labeler=labeler, workers=0, progress=False)
+    return {
+        "root": root,
+        "simplify_report": simplify_report,
+        "extract_report": extract_report,
+        "labeler": labeler,
+        "simplified": read_stage(root, "simplified"),
+        "extracted": read_stage(root, "extracted"),
+    }
+
+
+# -- S3 on loopback ----------------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def moto_server():
+    """A moto S3 server in its own process on 127.0.0.1; yields its endpoint URL."""
+    pytest.importorskip("moto")
+    pytest.importorskip("s3fs")
+    port = _free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1).read()
+                break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"moto server did not start on {endpoint}") from None
+                time.sleep(0.2)
+        yield endpoint
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+@pytest.fixture(scope="session")
+def s3_options(moto_server) -> dict:
+    """fsspec options for the moto server (explicit: nothing read from or written to the environment).
+
+    The region is not us-east-1: creating a bucket there through s3fs fails against moto."""
+    return {
+        "endpoint_url": moto_server,
+        "key": "testing",
+        "secret": "testing",
+        "client_kwargs": {"region_name": "eu-west-1"},
+    }
+
+
+@pytest.fixture(scope="session")
+def s3_bucket(s3_options) -> str:
+    """A fresh bucket holding the sample snapshot under ``sample/`` (laid out like Common Crawl)."""
+    import s3fs
+
+    fs = s3fs.S3FileSystem(
+        key=s3_options["key"],
+        secret=s3_options["secret"],
+        client_kwargs={**s3_options["client_kwargs"], "endpoint_url": s3_options["endpoint_url"]},
+    )
+    bucket = f"dripper-test-{uuid.uuid4().hex[:8]}"
+    fs.mkdir(bucket, region_name="eu-west-1")
+    crawl = SAMPLE_BASE / "crawl-data"
+    for path in sorted(crawl.rglob("*")):
+        if path.is_file():
+            fs.put_file(str(path), f"{bucket}/sample/{path.relative_to(SAMPLE_BASE).as_posix()}")
+    return bucket
+
+
+def subprocess_env() -> dict:
+    """Environment for CLI subprocesses: the repository importable (tests' labelers included)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    return env
