@@ -5,7 +5,7 @@ ORACLE_VENV := .venv-oracle
 PIP := $(VENV)/bin/pip
 PYTEST_ARGS ?=
 
-.PHONY: install oracle test demo lint format bench clean
+.PHONY: install oracle test demo demo-stop demo-extract lint format bench clean
 
 install: $(VENV)/.installed
 
@@ -38,7 +38,16 @@ $(ORACLE_VENV)/.installed:
 test: install oracle
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/python -m pytest -q $(PYTEST_ARGS)
 
+# Airflow on 127.0.0.1 with SQLite: triggers corpus_build on the bundled sample snapshot, waits, prints the
+# corpus and its run summary, and leaves the UI up on http://127.0.0.1:8080 (stop it with `make demo-stop`).
 demo: install
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/python scripts/airflow_demo.py
+
+demo-stop:
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/python scripts/airflow_demo.py --stop
+
+# The extraction core alone on the bundled pages (no Airflow): out/demo/extracted.jsonl.
+demo-extract: install
 	$(VENV)/bin/python scripts/demo.py
 
 lint: install

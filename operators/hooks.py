@@ -1,0 +1,178 @@
+"""Where a platform run keeps its files, and reading/writing the small JSON files the DAGs keep there.
+
+:class:`RunStorageHook` is the operators' interface to the storage root (a local folder or ``s3://…``), with
+credentials from an Airflow connection (:mod:`operators.storage`). Its layout::
+
+    {storage_root}/crawls/_known_crawls.json                       crawls seen by cc_snapshot_refresh
+    {storage_root}/crawls/{crawl_id}/warc_manifest.json.gz          a crawl's WARC listing when it was found
+    {storage_root}/runs/{crawl_id}/{selection}/                     one WARC selection ("n4-seed0")
+        _selection.json                                             the selected files and their shard plan
+        simplified/ , _run_summary.json                             the simplify stage
+        extractors/{extractor}/                                     one extractor's corpus from that selection
+            extracted/ corpus/ tokens/ refine/                      extract, refine, tokenize
+            _run_summary.json , _build_summary.json                 stage roll-up, the whole build
+    {storage_root}/ablations/{crawl_id}/{selection}/{name}/         pretrain/, eval/, report/ per ablation
+    {storage_root}/extraction_benchmark/{name}/                     summary.json, report.txt, pages.jsonl
+
+Names are derived from the parameters that change the data, so a rerun with the same parameters resumes the
+same folders (finished shards are skipped) and different parameters never mix.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import posixpath
+import re
+import uuid
+from typing import Any
+
+from operators.storage import DEFAULT_AWS_CONN_ID, storage_options_for
+
+__all__ = ["RunStorageHook", "extractor_key", "selection_key", "slug"]
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def slug(text: str, limit: int = 48) -> str:
+    """A path-safe name: runs of other characters become ``-``."""
+    return _UNSAFE.sub("-", str(text)).strip("-.")[:limit] or "x"
+
+
+def selection_key(
+    count: int | None, fraction: float | None, seed: int | str, warcs_per_shard: int = 1
+) -> str:
+    """``n4-seed0``, ``f0.01-seed7``, ``all-seed0`` (``-w2`` with 2 WARC files per shard)."""
+    if count is not None:
+        key = f"n{int(count)}"
+    elif fraction is not None:
+        key = f"f{float(fraction):g}"
+    else:
+        key = "all"
+    key += f"-seed{slug(str(seed))}"
+    if int(warcs_per_shard) != 1:
+        key += f"-w{int(warcs_per_shard)}"
+    return key
+
+
+def extractor_key(
+    labeler: str,
+    labeler_options: dict[str, Any] | None = None,
+    fallback: str | None = "trafilatura",
+    fallback_on_empty: bool = False,
+) -> str:
+    """A readable, unique folder name for an extractor configuration.
+
+    ``trafilatura``; ``vllm-MinerU-HTML`` (the model's last path part); ``-nofallback`` / ``-fb-empty`` when
+    the fallback is not the default; ``-onempty`` with ``fallback_on_empty``; plus a short hash of any other
+    labeler option, so two configurations never share a folder.
+    """
+    options = dict(labeler_options or {})
+    parts = [slug(labeler.replace(":", "-"))]
+    model = options.pop("model", None)
+    if model:
+        parts.append(slug(posixpath.basename(str(model).rstrip("/")) or str(model)))
+    if fallback is None:
+        parts.append("nofallback")
+    elif fallback != "trafilatura":
+        parts.append(f"fb-{slug(fallback)}")
+    if fallback_on_empty:
+        parts.append("onempty")
+    if options or model:
+        digest = json.dumps({"model": model, **options}, sort_keys=True, default=str)
+        parts.append(hashlib.sha256(digest.encode()).hexdigest()[:6])
+    return "-".join(parts)
+
+
+class RunStorageHook:
+    """The storage root of the platform's runs, opened with the connection ``aws_conn_id`` (S3 only).
+
+    Args:
+        storage_root: A local folder (absolute) or an fsspec URL (``s3://bucket/prefix``).
+        aws_conn_id: The Airflow connection with S3 credentials; ignored for local roots.
+    """
+
+    def __init__(self, storage_root: str, aws_conn_id: str | None = DEFAULT_AWS_CONN_ID) -> None:
+        text = str(storage_root).rstrip("/")
+        if "://" not in text and not text.startswith("/"):
+            raise ValueError(
+                f"storage_root {storage_root!r} must be an absolute path or a URL (s3://bucket/prefix): "
+                "task processes do not share a working directory"
+            )
+        self.storage_root = text
+        self.aws_conn_id = aws_conn_id
+        self._options: dict[str, Any] | None = None
+        self._options_loaded = False
+
+    @property
+    def storage_options(self) -> dict[str, Any] | None:
+        """fsspec options of the root (read from the connection once)."""
+        if not self._options_loaded:
+            self._options = storage_options_for(self.storage_root, self.aws_conn_id)
+            self._options_loaded = True
+        return self._options
+
+    # -- layout ----------------------------------------------------------------------------------------
+
+    def path(self, *parts: str) -> str:
+        from dripper_core.io.storage import join_path
+
+        return join_path(self.storage_root, *parts)
+
+    def known_crawls_path(self) -> str:
+        return self.path("crawls", "_known_crawls.json")
+
+    def crawl_manifest_path(self, crawl_id: str) -> str:
+        return self.path("crawls", slug(crawl_id, 80), "warc_manifest.json.gz")
+
+    def selection_root(self, crawl_id: str, selection: str) -> str:
+        return self.path("runs", slug(crawl_id, 80), selection)
+
+    @staticmethod
+    def extractor_root(selection_root: str, extractor: str) -> str:
+        from dripper_core.io.storage import join_path
+
+        return join_path(selection_root, "extractors", extractor)
+
+    # -- files -----------------------------------------------------------------------------------------
+
+    def exists(self, path: str) -> bool:
+        from dripper_core.io.storage import filesystem_for
+
+        fs, fs_path = filesystem_for(path, self.storage_options)
+        fs.invalidate_cache(posixpath.dirname(fs_path))
+        return fs.exists(fs_path)
+
+    def read_json(self, path: str, default: Any = None) -> Any:
+        """The JSON document at ``path`` (gzip when it ends in ``.gz``), or ``default`` when absent."""
+        from dripper_core.io.storage import open_url
+
+        try:
+            with open_url(path, "rb", self.storage_options) as f:
+                data = f.read()
+        except FileNotFoundError:
+            return default
+        if path.endswith(".gz"):
+            data = gzip.decompress(data)
+        return json.loads(data)
+
+    def write_json(self, path: str, document: Any) -> str:
+        """Write ``document`` as JSON (gzip for ``.gz``) in one step: a temporary name renamed into place on
+        local disks; object stores publish an upload only when it is complete."""
+        from dripper_core.io.storage import filesystem_for, is_local
+
+        data = (json.dumps(document, indent=1, sort_keys=True, default=str) + "\n").encode()
+        if path.endswith(".gz"):
+            data = gzip.compress(data, mtime=0)
+        fs, fs_path = filesystem_for(path, self.storage_options)
+        fs.makedirs(posixpath.dirname(fs_path), exist_ok=True)
+        if is_local(path):
+            tmp = f"{fs_path}.{uuid.uuid4().hex}.tmp"
+            with fs.open(tmp, "wb") as f:
+                f.write(data)
+            fs.mv(tmp, fs_path)
+        else:
+            with fs.open(fs_path, "wb") as f:
+                f.write(data)
+        return path

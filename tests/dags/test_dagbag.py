@@ -1,0 +1,236 @@
+"""The DAG files: they import without errors, parse fast without heavy libraries, and have the tasks,
+schedules, assets and params forms they promise."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.dags import DAG_IDS, DAGS_DIR, REPO
+
+HEAVY_MODULES = (
+    "torch",
+    "vllm",
+    "datatrove",
+    "pandas",
+    "dask",
+    "distributed",
+    "pyarrow",
+    "transformers",
+    "dripper_core",
+)
+#: The issue's target for one DAG file, Airflow itself already imported (as in the DAG processor).
+PARSE_SECONDS_LIMIT = 1.0
+
+_PARSE_PROBE = """
+import importlib.util, json, sys, time
+sys.path.insert(0, {dags!r})
+import airflow.sdk  # the DAG processor has Airflow loaded before it parses a file
+before = set(sys.modules)
+started = time.perf_counter()
+spec = importlib.util.spec_from_file_location("dag_under_test", {path!r})
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+elapsed = time.perf_counter() - started
+loaded = sorted({{name.split(".")[0] for name in set(sys.modules) - before}})
+print(json.dumps({{"seconds": elapsed, "loaded": loaded}}))
+"""
+
+
+@pytest.fixture(scope="module")
+def dagbag():
+    from airflow.dag_processing.dagbag import DagBag
+
+    return DagBag(str(DAGS_DIR))
+
+
+def test_dagbag_imports_every_dag_without_errors(dagbag):
+    assert dagbag.import_errors == {}
+    assert sorted(dagbag.dag_ids) == sorted(DAG_IDS)
+
+
+@pytest.mark.parametrize("dag_file", sorted(p.name for p in DAGS_DIR.glob("[!_]*.py")))
+def test_dag_file_parses_fast_without_heavy_imports(dag_file):
+    """Each DAG file in a fresh interpreter: no torch, vLLM, datatrove, pandas, Dask, pyarrow or even the
+    extraction library at module level, and under a second to parse."""
+    probe = _PARSE_PROBE.format(dags=str(DAGS_DIR), path=str(DAGS_DIR / dag_file))
+    output = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=REPO
+    ).stdout
+    result = json.loads(output.strip().splitlines()[-1])
+    heavy = sorted(set(result["loaded"]) & set(HEAVY_MODULES))
+    assert heavy == [], f"{dag_file} imports {heavy} at parse time"
+    print(f"{dag_file}: parsed in {result['seconds']:.3f} s")
+    assert result["seconds"] < PARSE_SECONDS_LIMIT, f"{dag_file} took {result['seconds']:.2f} s to parse"
+
+
+def test_every_dag_survives_serialization(dagbag):
+    """What the DAG processor stores and the scheduler and UI read back."""
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    for dag in dagbag.dags.values():
+        restored = DagSerialization.from_dict(DagSerialization.to_dict(dag))
+        assert sorted(restored.task_ids) == sorted(dag.task_ids)
+
+
+def _upstream(dag) -> dict[str, list[str]]:
+    return {task.task_id: sorted(t.task_id for t in task.upstream_list) for task in dag.tasks}
+
+
+def _rejects(dag, name: str, value) -> bool:
+    from airflow.sdk.definitions.param import ParamValidationError
+
+    try:
+        dag.params.get_param(name).resolve(value)
+    except ParamValidationError:
+        return True
+    return False
+
+
+def test_corpus_build_structure(dagbag):
+    import _common
+
+    dag = dagbag.dags["corpus_build"]
+    assert _upstream(dag) == {
+        "select_warcs": [],
+        "simplify": ["select_warcs"],
+        "record_simplify": ["simplify"],
+        "extract": ["record_simplify"],
+        "refine": ["extract"],
+        "tokenize": ["refine"],
+        "publish_corpus": ["tokenize"],
+    }
+    # simplify is mapped over batches of WARC files, not one task per file
+    assert dag.get_task("simplify").is_mapped
+    assert dag.get_task("publish_corpus").trigger_rule == "none_failed"  # a skipped tokenize still publishes
+    assert type(dag.timetable).__name__ == "AssetTriggeredTimetable"
+    assert [asset.name for asset in dag.timetable.asset_condition.objects] == [
+        _common.CRAWL_MANIFEST_ASSET.name
+    ]
+    assert [o.name for o in dag.get_task("publish_corpus").outlets] == [_common.CORPUS_ASSET.name]
+    assert dag.render_template_as_native_obj
+    expected = {
+        "crawl_id",
+        "crawl_base",
+        "warc_count",
+        "warc_fraction",
+        "seed",
+        "warcs_per_task",
+        "labeler",
+        "labeler_model",
+        "labeler_options",
+        "fallback",
+        "fallback_on_empty",
+        "extract_batch_size",
+        "refine_steps",
+        "refine_tasks",
+        "refine_workers",
+        "refine_options",
+        "tokenizer",
+        "storage_root",
+        "aws_conn_id",
+        "dask_scheduler",
+        "dask_workers",
+        "force",
+    }
+    assert set(dag.params.keys()) == expected
+    dag.params.validate()  # every default is valid
+    for name, bad in [
+        ("warc_fraction", 1.5),
+        ("warc_count", 0),
+        ("storage_root", "relative/path"),
+        ("labeler", "no spaces please"),
+        ("dask_scheduler", "localhost:8786"),
+        ("fallback", "readability"),
+        ("refine_steps", ["language", "tokenize"]),
+        ("crawl_id", "../etc"),
+    ]:
+        assert _rejects(dag, name, bad), f"{name}={bad!r} was accepted"
+    for name, good in [
+        ("warc_fraction", 0.01),
+        ("warc_count", None),
+        ("storage_root", "s3://bucket/runs"),
+        ("labeler", "mypkg.labelers:factory"),
+        ("dask_scheduler", "tcp://10.0.0.5:8786"),
+        ("refine_steps", ["url_dedup", "minhash"]),
+    ]:
+        assert not _rejects(dag, name, good), f"{name}={good!r} was refused"
+
+
+def test_cc_snapshot_refresh_structure(dagbag):
+    import _common
+
+    dag = dagbag.dags["cc_snapshot_refresh"]
+    assert _upstream(dag) == {
+        "find_new_crawls": [],
+        "write_manifest": ["find_new_crawls"],
+        "record_known_crawls": ["write_manifest"],
+    }
+    assert type(dag.timetable).__name__ == "CronTriggerTimetable"
+    assert dag.timetable.expression == "0 0 * * 0"  # @weekly
+    assert dag.catchup is False
+    manifest = dag.get_task("write_manifest")
+    assert manifest.is_mapped
+    assert [o.name for o in manifest.outlets] == [_common.CRAWL_MANIFEST_ASSET.name]
+    assert dag.get_task("record_known_crawls").trigger_rule == "none_failed"
+    assert set(dag.params.keys()) == {
+        "crawl_index",
+        "crawl_base",
+        "max_new_crawls",
+        "storage_root",
+        "aws_conn_id",
+    }
+    dag.params.validate()
+
+
+def test_extractor_ablation_structure(dagbag):
+    import _common
+
+    dag = dagbag.dags["extractor_ablation"]
+    upstream = _upstream(dag)
+    chain = ["extract", "refine", "tokenize", "pretrain", "evaluate"]
+    for before, after in zip(chain, chain[1:], strict=False):
+        assert before in upstream[after]
+        assert dag.get_task(after).is_mapped  # one per extractor
+    assert sorted(upstream["extract"]) == ["extractor_configs", "record_simplify"]
+    assert sorted(upstream["ablation_report"]) == ["evaluate", "extract", "extraction_quality"]
+    assert upstream["extraction_quality"] == ["select_warcs"]
+    assert type(dag.timetable).__name__ == "NullTimetable"  # started by hand
+    assert [o.name for o in dag.get_task("ablation_report").outlets] == [_common.ABLATION_REPORT_ASSET.name]
+    assert {
+        "extractors",
+        "extractor_options",
+        "tokenizer",
+        "pretrain_model",
+        "train_steps",
+        "eval_suite",
+    } <= set(dag.params.keys())
+    assert _rejects(dag, "extractors", [])
+    assert _rejects(dag, "extractors", ["cpu", "cpu"])
+    assert _rejects(dag, "pretrain_model", "gpt-5")
+
+
+def test_extraction_benchmark_structure(dagbag):
+    import _common
+
+    dag = dagbag.dags["extraction_benchmark"]
+    assert dag.task_ids == ["score_extractors"]
+    assert [o.name for o in dag.get_task("score_extractors").outlets] == [
+        _common.EXTRACTION_BENCHMARK_ASSET.name
+    ]
+    dag.params.validate()
+    assert dag.params["data"] == [str(REPO / "data" / "sample" / "pages.jsonl.gz")]
+    assert _rejects(dag, "extractors", [])
+
+
+def test_refinement_switches_match_the_refinement_steps():
+    """The form's step names are dripper_core.refine's (kept literally in _common so parsing stays light)."""
+    import _common
+
+    from dripper_core.refine.steps import DEFAULT_STEPS, STEP_ORDER
+
+    assert tuple(step for step in STEP_ORDER if step != "tokenize") == _common.REFINE_STEPS
+    assert tuple(step for step in DEFAULT_STEPS if step != "tokenize") == _common.DEFAULT_REFINE_STEPS
