@@ -159,4 +159,8 @@ def fake_core(monkeypatch):
     module = types.ModuleType("dripper_core.pipeline")
     module.extract_batch = extract_batch
     monkeypatch.setitem(sys.modules, "dripper_core.pipeline", module)
+    # `from dripper_core import pipeline` reads the package attribute first once the real module was imported.
+    import dripper_core
+
+    monkeypatch.setattr(dripper_core, "pipeline", module, raising=False)
     return calls

@@ -162,6 +162,9 @@ def test_dripper_pages_go_in_batches_of_batch_size(fake_core):
 
 
 def test_dripper_without_the_core_fails_when_built_with_a_hint(monkeypatch):
+    import dripper_core
+
     monkeypatch.setitem(sys.modules, "dripper_core.pipeline", None)  # None in sys.modules → ImportError
+    monkeypatch.delattr(dripper_core, "pipeline", raising=False)  # set once the real module was imported
     with pytest.raises(ImportError, match=r"'dripper:oracle' needs dripper_core\.pipeline\.extract_batch"):
         get_extractor("dripper:oracle")
