@@ -56,6 +56,8 @@ def main_tree(page: SimplifiedPage, labels: Sequence[bool]) -> etree._Element | 
     _prune(root, kept_subtrees, containers)
     for element in kept_subtrees:
         _remove_hidden(element)
+    for element in (*containers, *kept_subtrees):
+        _make_visible(element)
     etree.strip_tags(root, TEXT_RUN_TAG)
     for element in root.iter():
         if isinstance(element.tag, str):
@@ -70,6 +72,25 @@ def main_html(page: SimplifiedPage, labels: Sequence[bool]) -> str:
     if root is None:
         return ""
     return etree.tostring(root, method="html", encoding="unicode")
+
+
+_VISIBLE_AS_DIV = frozenset({"noscript", "template"})
+
+
+def _make_visible(element: etree._Element) -> None:
+    """A kept block or container must not hide its content from the Markdown converter.
+
+    The model saw (and labelled) blocks inside ``<noscript>``, ``hidden`` or namespaced containers; keep
+    them as plain containers rather than letting the converter drop the whole subtree.
+    """
+    tag = element.tag
+    if tag in _VISIBLE_AS_DIV or ":" in tag:
+        element.tag = "div"
+    for name in ("hidden", "aria-hidden"):
+        element.attrib.pop(name, None)
+    style = element.get("style")
+    if style and ("none" in style or "hidden" in style):
+        del element.attrib["style"]
 
 
 def _recall_breaks(

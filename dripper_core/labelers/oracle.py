@@ -21,9 +21,13 @@ labelers, so it decides each block on evidence rather than on aggregate overlap.
    or filling most of that gap (a weighted LIS of their exact occurrences).
 
 ``λ`` is the coverage a block needs to be worth its tokens. Including a block with ``matched/tokens > F/2``
-raises a page's token F1 ``F``, so ``λ`` is iterated to ``F/2`` (Dinkelbach): ≈0.47 on a clean page, lower
-where the article sits in a block that also holds boilerplate (a block holding most of the ground truth is
-then kept although half of it is noise).
+raises a page's token F1 ``F``, so ``λ`` is iterated towards ``F/2`` (Dinkelbach), starting at 0.45 and never
+above it. It drops only where the article sits in blocks that also hold boilerplate, and then only for
+blocks aligned to a large share of the ground truth: small half-matching blocks never become main.
+
+Labels are per block and deterministic. Text the page repeats (carousels, quoted posts, "related" teasers)
+is main in one copy only; the other copies keep their high coverage in :attr:`OracleAlignment.coverage`
+(``Labels.confidence``), which is how a trainer can tell "duplicate of main" from "boilerplate".
 """
 
 from __future__ import annotations
@@ -65,11 +69,13 @@ class OracleOptions:
         initial_coverage: ``λ`` of the first selection round.
         min_coverage: Lower bound of ``λ`` (no block is main below this coverage).
         rounds: Maximum Dinkelbach rounds.
+        large_block_share: Only a block aligned to at least this share of the ground truth may be main with
+            a coverage below ``initial_coverage``.
         short_gap_fill: A short block not matching a whole ground-truth line is main when its gap's short
             blocks together cover at least this share of the gap.
     """
 
-    anchor_size: int = 3
+    anchor_size: int = 4
     max_anchor_occurrences: int = 24
     diagonal_jump: int = 24
     overlap_tolerance: int = 2
@@ -79,6 +85,7 @@ class OracleOptions:
     initial_coverage: float = 0.45
     min_coverage: float = 0.15
     rounds: int = 4
+    large_block_share: float = 0.1
     short_gap_fill: float = 0.5
 
     def __post_init__(self) -> None:
@@ -167,7 +174,9 @@ class _Aligner:
         position so that an LIS over them takes at most one hit per block position."""
         k, tokens = self.options.anchor_size, self.blocks[index]
         # Long blocks against long, repetitive ground truths: keep the number of hits near linear.
-        most = min(self.options.max_anchor_occurrences, max(2, self.options.max_block_hits // max(len(tokens), 1)))
+        most = min(
+            self.options.max_anchor_occurrences, max(2, self.options.max_block_hits // max(len(tokens), 1))
+        )
         hits: list[tuple[int, int]] = []
         for i in range(len(tokens) - k + 1):
             found = self.anchors.get(tuple(tokens[i : i + k]))
@@ -357,29 +366,37 @@ def _select(
         for start, end in chain.positions:
             covered[start:end] = b"\x01" * (end - start)
 
+    # Below the initial coverage only blocks holding a large share of the ground truth are worth their
+    # noise (the article inside a container with boilerplate); small half-matching blocks stay out.
+    large = options.large_block_share * n_gt
+
+    def gain(index: int, matched: int) -> float:
+        needed = threshold if matched >= large else max(threshold, options.initial_coverage)
+        return matched - needed * len(blocks[index])
+
     scored = [
-        (index, chain.matched - threshold * len(blocks[index]), chain)
+        (index, block_gain, chain)
         for index, block_candidates in enumerate(candidates)
         for chain in block_candidates
-        if chain.matched > threshold * len(blocks[index])
+        if (block_gain := gain(index, chain.matched)) > 0
     ]
     for index, chain in _select_chain(scored, options.overlap_tolerance, n_gt):
         accept(index, chain)
 
     # Recovery: out-of-order content, re-aligned on what is still uncovered, best gain first.
     leftovers = sorted(
-        (max(chain.matched for chain in block_candidates) - threshold * len(blocks[index]), index)
+        (gain(index, max(chain.matched for chain in block_candidates)), index)
         for index, block_candidates in enumerate(candidates)
         if block_candidates and not main[index]
     )
     k = options.anchor_size
-    for gain, index in reversed(leftovers):
-        if gain <= 0:
+    for best_gain, index in reversed(leftovers):
+        if best_gain <= 0:
             break
         free = [(i, j) for i, j in hits[index] if not any(covered[j : j + k])]
         if free:
             chain = aligner.chain(free)
-            if chain.matched > threshold * len(blocks[index]):
+            if gain(index, chain.matched) > 0:
                 accept(index, chain)
 
     matched_total += _select_short_blocks(aligner, main, coverage, spans, covered)
@@ -476,6 +493,17 @@ class OracleLabeler(BlockLabeler):
                 results.append(Labels.failed("no ground truth"))
                 continue
             texts = [block.text for block in request.simplified.blocks]
-            alignment = align_blocks(ground_truth, texts, self.options)
+            if not any(texts) and any(
+                _HTML_TAG.sub("", block.simplified_html).strip() for block in request.simplified.blocks
+            ):
+                results.append(
+                    Labels.failed("blocks carry no text: simplify with SimplifyOptions(block_text=True)")
+                )
+                continue
+            try:
+                alignment = align_blocks(ground_truth, texts, self.options)
+            except Exception as error:  # noqa: BLE001 - one odd page must not fail the batch
+                results.append(Labels.failed(f"oracle alignment failed: {type(error).__name__}: {error}"))
+                continue
             results.append(Labels(main=alignment.main, confidence=alignment.coverage))
         return results

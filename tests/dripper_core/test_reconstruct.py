@@ -54,3 +54,22 @@ def test_mapping_view_reparsed_from_text_keeps_non_latin_text():
     )
     page.mapping_html, page.mapping_tree = page.mapping_markup(), None  # as after a parquet round trip
     assert "中文内容" in main_html(page, [True])
+
+
+def test_main_blocks_inside_noscript_or_hidden_containers_reach_the_markdown():
+    from dripper_core.pipeline import extract
+    from dripper_core.labelers.base import BlockLabeler, Labels
+
+    class AllMain(BlockLabeler):
+        name = "all-main"
+
+        def label_batch(self, requests):
+            return [Labels([True] * r.simplified.n_blocks) for r in requests]
+
+    html = (
+        "<html><body><noscript><div><p>Inside noscript text.</p></div></noscript>"
+        "<div hidden><p>Inside hidden text.</p></div><atom:entry><p>Namespaced text.</p></atom:entry></body></html>"
+    )
+    markdown = extract(html, labeler=AllMain(), fallback=None).markdown
+    for text in ("Inside noscript text.", "Inside hidden text.", "Namespaced text."):
+        assert text in markdown
