@@ -57,8 +57,8 @@ def test_mapping_view_reparsed_from_text_keeps_non_latin_text():
 
 
 def test_main_blocks_inside_noscript_or_hidden_containers_reach_the_markdown():
-    from dripper_core.pipeline import extract
     from dripper_core.labelers.base import BlockLabeler, Labels
+    from dripper_core.pipeline import extract
 
     class AllMain(BlockLabeler):
         name = "all-main"
