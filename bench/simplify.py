@@ -54,7 +54,10 @@ def main() -> int:
         source, target = Path(folder) / "in.jsonl", Path(folder) / "out.jsonl"
         source.write_text("".join(json.dumps({"id": r["id"], "html": r["html"]}) + "\n" for r in records))
         for _ in range(args.rounds):
-            subprocess.run([str(oracle_python), str(REPO / "tests/oracle/mineru_oracle.py"), str(source), str(target)], check=True)
+            subprocess.run(
+                [str(oracle_python), str(REPO / "tests/oracle/mineru_oracle.py"), str(source), str(target)],
+                check=True,
+            )
             for row in map(json.loads, target.read_text().splitlines()):
                 seconds = row.get("seconds", float("inf"))
                 upstream_seconds[row["id"]] = min(seconds, upstream_seconds.get(row["id"], float("inf")))
@@ -71,14 +74,20 @@ def main() -> int:
             page = simplify_html(record["html"], options=options)
             best = min(best, time.perf_counter() - started)
         ours_seconds[record["id"]] = best
-        identical += _WHITESPACE.sub(" ", page.simplified_html) == _WHITESPACE.sub(" ", upstream_html[record["id"]])
+        identical += _WHITESPACE.sub(" ", page.simplified_html) == _WHITESPACE.sub(
+            " ", upstream_html[record["id"]]
+        )
 
     total_up = sum(upstream_seconds.values())
     total_ours = sum(ours_seconds.values())
     n = len(records)
     print(f"pages: {n} from {args.data}")
-    print(f"upstream mineru-html 1.1.2: {n / total_up:8.1f} pages/s per core ({1000 * total_up / n:.1f} ms/page)")
-    print(f"ours:                       {n / total_ours:8.1f} pages/s per core ({1000 * total_ours / n:.1f} ms/page)")
+    print(
+        f"upstream mineru-html 1.1.2: {n / total_up:8.1f} pages/s per core ({1000 * total_up / n:.1f} ms/page)"
+    )
+    print(
+        f"ours:                       {n / total_ours:8.1f} pages/s per core ({1000 * total_ours / n:.1f} ms/page)"
+    )
     print(f"speed-up: {total_up / total_ours:.2f}x   identical Simplified HTML: {identical}/{n}")
     return 0
 

@@ -14,19 +14,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from _common import (
-    COLLINFO_URL,
-    CRAWL_MANIFEST_ASSET,
-    DEFAULT_ARGS,
-    env,
-    storage_params,
-    xcom,
-)
-from airflow.sdk import DAG, Param
+from _common import CRAWL_MANIFEST_ASSET, DEFAULT_ARGS, STORAGE, env, templated, xcom
+from _params import cc_snapshot_refresh_params
+from airflow.sdk import DAG
 
 from operators.stages import FindNewCrawlsOperator, RecordKnownCrawlsOperator, WriteCrawlManifestOperator
-
-COMMON = {"storage_root": "{{ params.storage_root }}", "aws_conn_id": "{{ params.aws_conn_id }}"}
 
 with DAG(
     dag_id="cc_snapshot_refresh",
@@ -36,51 +28,27 @@ with DAG(
     catchup=False,
     max_active_runs=1,
     default_args=DEFAULT_ARGS,
-    params={
-        "crawl_index": Param(
-            env("DRIPPER_CRAWL_INDEX", COLLINFO_URL),
-            type="string",
-            minLength=1,
-            title="Crawl index",
-            description="collinfo.json URL or path listing the crawls (DRIPPER_CRAWL_INDEX).",
-        ),
-        "crawl_base": Param(
-            env("DRIPPER_CRAWL_BASE", "s3"),
-            type="string",
-            minLength=1,
-            title="Crawl location",
-            description="s3 (Common Crawl's bucket), https (its mirror), or a folder laid out like it.",
-        ),
-        "max_new_crawls": Param(
-            1,
-            type="integer",
-            minimum=0,
-            title="Builds per run",
-            description="Publish at most this many new crawls per run (newest first); 0: only record them.",
-        ),
-        **storage_params(),
-    },
+    params=cc_snapshot_refresh_params(),
     render_template_as_native_obj=True,
     tags=["dripper", "common-crawl"],
     doc_md=__doc__,
 ) as dag:
     find = FindNewCrawlsOperator(
         task_id="find_new_crawls",
-        crawl_index="{{ params.crawl_index }}",
-        max_new_crawls="{{ params.max_new_crawls }}",
-        **COMMON,
+        **templated("crawl_index", "max_new_crawls"),
+        **STORAGE,
     )
     manifests = WriteCrawlManifestOperator.partial(
         task_id="write_manifest",
-        crawl_base="{{ params.crawl_base }}",
+        **templated("crawl_base"),
         outlets=[CRAWL_MANIFEST_ASSET],
-        **COMMON,
+        **STORAGE,
     ).expand(crawl_id=find.output)
     record = RecordKnownCrawlsOperator(
         task_id="record_known_crawls",
         listed=xcom("find_new_crawls", "listed", key="crawls"),
         published=xcom("find_new_crawls", "publish", key="crawls"),
         trigger_rule="none_failed",
-        **COMMON,
+        **STORAGE,
     )
     find >> manifests >> record

@@ -19,32 +19,18 @@ from _common import (
     CORPUS_ASSET,
     CRAWL_MANIFEST_ASSET,
     DEFAULT_ARGS,
-    compute_params,
-    extraction_params,
-    refinement_params,
-    selection_params,
+    STORAGE,
+    extract_arguments,
+    refine_arguments,
     selection_xcom,
-    storage_params,
+    simplified_selection,
+    templated,
     xcom,
 )
+from _params import corpus_build_params
 from airflow.sdk import DAG
 
-from operators.stages import (
-    ExtractOperator,
-    PublishCorpusOperator,
-    RecordSimplifyOperator,
-    RefineOperator,
-    SelectWarcsOperator,
-    SimplifyBatchOperator,
-    TokenizeOperator,
-)
-
-COMMON = {"storage_root": "{{ params.storage_root }}", "aws_conn_id": "{{ params.aws_conn_id }}"}
-DASK = {
-    "dask_scheduler": "{{ params.dask_scheduler }}",
-    "dask_workers": "{{ params.dask_workers }}",
-    "force": "{{ params.force }}",
-}
+from operators.stages import ExtractOperator, PublishCorpusOperator, RefineOperator, TokenizeOperator
 
 with DAG(
     dag_id="corpus_build",
@@ -54,61 +40,22 @@ with DAG(
     catchup=False,
     max_active_runs=2,
     default_args=DEFAULT_ARGS,
-    params={
-        **selection_params(),
-        **extraction_params(),
-        **refinement_params(),
-        **storage_params(),
-        **compute_params(),
-    },
+    params=corpus_build_params(),
     render_template_as_native_obj=True,
     tags=["dripper", "corpus"],
     doc_md=__doc__,
 ) as dag:
-    select = SelectWarcsOperator(
-        task_id="select_warcs",
-        crawl_id="{{ params.crawl_id }}",
-        crawl_base="{{ params.crawl_base }}",
-        count="{{ params.warc_count }}",
-        fraction="{{ params.warc_fraction }}",
-        seed="{{ params.seed }}",
-        warcs_per_task="{{ params.warcs_per_task }}",
-        **COMMON,
-    )
-    selection_root = selection_xcom("selection_root")
-    simplify = SimplifyBatchOperator.partial(task_id="simplify", **COMMON, **DASK).expand(batch=select.output)
-    record_simplify = RecordSimplifyOperator(
-        task_id="record_simplify", selection_root=selection_root, batch_results=simplify.output, **COMMON
-    )
+    _, record_simplify, selection_root = simplified_selection()
     extract = ExtractOperator(
         task_id="extract",
         input_root=selection_root,
-        labeler="{{ params.labeler }}",
-        labeler_model="{{ params.labeler_model }}",
-        labeler_options="{{ params.labeler_options }}",
-        fallback="{{ params.fallback }}",
-        fallback_on_empty="{{ params.fallback_on_empty }}",
-        batch_size="{{ params.extract_batch_size }}",
-        **COMMON,
-        **DASK,
+        **templated("labeler", "labeler_model", "labeler_options"),
+        **extract_arguments(),
     )
     run_root = xcom("extract", "output_root")
-    refine = RefineOperator(
-        task_id="refine",
-        root=run_root,
-        steps="{{ params.refine_steps }}",
-        tasks="{{ params.refine_tasks }}",
-        workers="{{ params.refine_workers }}",
-        options="{{ params.refine_options }}",
-        force="{{ params.force }}",
-        **COMMON,
-    )
+    refine = RefineOperator(task_id="refine", root=run_root, **refine_arguments())
     tokenize = TokenizeOperator(
-        task_id="tokenize",
-        root=run_root,
-        tokenizer="{{ params.tokenizer }}",
-        force="{{ params.force }}",
-        **COMMON,
+        task_id="tokenize", root=run_root, **templated("tokenizer", "force"), **STORAGE
     )
     publish = PublishCorpusOperator(
         task_id="publish_corpus",
@@ -117,6 +64,6 @@ with DAG(
         crawl_id=selection_xcom("crawl_id"),
         outlets=[CORPUS_ASSET],
         trigger_rule="none_failed",
-        **COMMON,
+        **STORAGE,
     )
-    select >> simplify >> record_simplify >> extract >> refine >> tokenize >> publish
+    record_simplify >> extract >> refine >> tokenize >> publish

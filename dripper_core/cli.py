@@ -96,6 +96,7 @@ def _progress(total: int | None):
 
 
 def run_extract(args: argparse.Namespace) -> int:
+    from dripper_core.labelers import build_labeler
     from dripper_core.pipeline import ExtractOptions, Extractor
 
     options = ExtractOptions(
@@ -103,7 +104,8 @@ def run_extract(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         max_page_bytes=args.max_page_bytes,
     )
-    extractor = Extractor(args.labeler, options)
+    labeler_options = parse_key_values(args.labeler_option, "--labeler-option")
+    extractor = Extractor(build_labeler(args.labeler, **labeler_options), options)
     pages = read_pages(Path(args.input))
     if args.limit:
         pages = (page for index, page in enumerate(pages) if index < args.limit)
@@ -149,6 +151,7 @@ def _open_output(path: Path):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from dripper_core.cli_train import add_train_labeler_parser
     from dripper_core.fallback import available_fallbacks
     from dripper_core.labelers import available_labelers
     from dripper_core.pipeline import DEFAULT_LABELER
@@ -161,6 +164,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     extract.add_argument("--output", required=True, help="output JSONL(.gz) path, or - for stdout")
     extract.add_argument("--labeler", default=DEFAULT_LABELER, choices=available_labelers())
+    extract.add_argument(
+        "--labeler-option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="labeler build option, repeatable (e.g. model=/models/MinerU-HTML, threshold=0.6)",
+    )
     extract.add_argument("--fallback", default="trafilatura", choices=[*available_fallbacks(), "none"])
     extract.add_argument(
         "--format", default="json", choices=OUTPUT_FORMATS, help="which content fields to write"
@@ -170,6 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     extract.add_argument("--limit", type=int, default=0, help="stop after N pages (0: all)")
     extract.set_defaults(handler=run_extract)
     _add_run_parser(commands)
+    add_train_labeler_parser(commands)
     return parser
 
 

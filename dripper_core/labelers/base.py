@@ -8,6 +8,7 @@ what the CLI, the data plane and Airflow params use.
 from __future__ import annotations
 
 import difflib
+import inspect
 import time
 from abc import ABC, abstractmethod
 from collections import Counter
@@ -151,16 +152,32 @@ def build_labeler(name: str, **options) -> BlockLabeler:
 
     Raises:
         KeyError: unknown name, with the closest registered names.
+        ValueError: an option the labeler does not take.
     """
     _load_builtin_labelers()
     if name not in _REGISTRY:
         close = difflib.get_close_matches(name, _REGISTRY, n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise KeyError(f"unknown labeler {name!r} (known: {', '.join(sorted(_REGISTRY))}){hint}")
-    return _REGISTRY[name](**options)
+    factory = _REGISTRY[name]
+    try:
+        inspect.signature(factory).bind(**options)
+    except TypeError as error:
+        raise ValueError(f"labeler {name!r}: {error}") from None
+    return factory(**options)
 
 
-_BUILTIN_MODULES = ("dripper_core.labelers.oracle", "dripper_core.labelers.trafilatura")
+#: The labeler used when none is named: the shipped CPU model (no GPU, no download).
+DEFAULT_LABELER = "cpu"
+
+_BUILTIN_MODULES = (
+    "dripper_core.labelers.oracle",
+    "dripper_core.labelers.trafilatura",
+    "dripper_core.labelers.vllm_labeler",
+    "dripper_core.labelers.openai_labeler",
+    "dripper_core.labelers.torch_engine",
+    "dripper_core.labelers.cpu.model",
+)
 
 
 def _load_builtin_labelers() -> None:

@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from dripper_core.io.storage import filesystem_for, join_path
-from dripper_core.labelers.base import BlockLabeler
+from dripper_core.labelers.base import DEFAULT_LABELER, BlockLabeler
 from dripper_core.stages.runner import (
     ShardTask,
     StageError,
@@ -259,7 +259,7 @@ def extract_shard(
     input_root: str,
     output_root: str,
     shard_index: int,
-    labeler: str | BlockLabeler = "trafilatura",
+    labeler: str | BlockLabeler = DEFAULT_LABELER,
     labeler_options: dict[str, Any] | None = None,
     options: ExtractStageOptions | None = None,
     storage_options: dict[str, Any] | None = None,
@@ -294,7 +294,7 @@ def extract_stage(
     input_root: str,
     output_root: str | None = None,
     *,
-    labeler: str | BlockLabeler = "trafilatura",
+    labeler: str | BlockLabeler = DEFAULT_LABELER,
     labeler_options: dict[str, Any] | None = None,
     options: ExtractStageOptions | None = None,
     workers: int | None = 0,

@@ -15,6 +15,12 @@ DAGS_DIR = REPO / "dags"
 SAMPLE = REPO / "data" / "sample"
 DAG_IDS = ("cc_snapshot_refresh", "corpus_build", "extraction_benchmark", "extractor_ablation")
 
+#: Pages the WARC reader keeps per sample file (data/sample/README.md), in the sample listing's order.
+PAGES_PER_FILE = {"1741910000000.11/warc/CC-MAIN-20250314001422-20250314031422-00000": 47,
+                  "1741910000000.11/warc/CC-MAIN-20250314001422-20250314031422-00001": 50,
+                  "1741910000000.42/warc/CC-MAIN-20250314031422-20250314061422-00000": 50,
+                  "1741910000000.42/warc/CC-MAIN-20250314031422-20250314061422-00001": 49}  # fmt: skip
+
 
 def airflow_test_environment(home: Path) -> dict[str, str]:
     """Airflow settings for tests: this repository's DAGs, SQLite under ``home``, the bundled sample."""

@@ -8,15 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.dags import DAGS_DIR, SAMPLE
+from scripts import airflow_demo
+from tests.dags import DAGS_DIR, PAGES_PER_FILE, SAMPLE
 
 pytestmark = pytest.mark.slow
-
-#: Pages the WARC reader keeps per sample file (data/sample/README.md), in the sample listing's order.
-PAGES_PER_FILE = {"1741910000000.11/warc/CC-MAIN-20250314001422-20250314031422-00000": 47,
-                  "1741910000000.11/warc/CC-MAIN-20250314001422-20250314031422-00001": 50,
-                  "1741910000000.42/warc/CC-MAIN-20250314031422-20250314061422-00000": 50,
-                  "1741910000000.42/warc/CC-MAIN-20250314031422-20250314061422-00001": 49}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -29,26 +24,8 @@ def airflow_db():
 
 @pytest.fixture(scope="module")
 def tokenizer_dir(tmp_path_factory) -> str:
-    """A small byte-level BPE trained on the sample's ground truth: nothing downloaded."""
-    import gzip
-
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    with gzip.open(SAMPLE / "pages.jsonl.gz", "rt", encoding="utf-8") as lines:
-        texts = [json.loads(line)["ground_truth_text"] for line in lines]
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=800,
-        special_tokens=["<|endoftext|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tokenizer.train_from_iterator(texts, trainer)
-    folder = tmp_path_factory.mktemp("tokenizer")
-    tokenizer.save(str(folder / "tokenizer.json"))
-    return str(folder)
+    """A small byte-level BPE trained on the sample's ground truth (``make demo``'s): nothing downloaded."""
+    return airflow_demo.sample_tokenizer(tmp_path_factory.mktemp("tokenizer"), vocab_size=800)
 
 
 @pytest.fixture(scope="module")
@@ -85,6 +62,7 @@ def test_corpus_build_end_to_end_then_resumes(airflow_db, corpus_build, tokenize
         "labeler": "trafilatura",
         "storage_root": str(tmp_path / "runs"),
         "dask_workers": 0,
+        "extract_workers": 0,
         "refine_tasks": 2,
         "refine_workers": 1,
         "tokenizer": tokenizer_dir,

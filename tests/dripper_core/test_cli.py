@@ -69,3 +69,24 @@ def test_read_pages_maps_ground_truth_and_snippets(tmp_path):
 def test_unknown_input_file_is_a_clear_error(tmp_path, capsys):
     assert main(["extract", "--input", str(tmp_path / "missing.jsonl"), "--output", "-"]) == 2
     assert "missing.jsonl" in capsys.readouterr().err
+
+
+def test_default_labeler_is_cpu_and_labeler_options_reach_it(tmp_path, capsys):
+    page = tmp_path / "page.html"
+    page.write_text(ARTICLE, encoding="utf-8")
+    plain, declining = tmp_path / "plain.jsonl", tmp_path / "declining.jsonl"
+    assert main(["extract", "--input", str(page), "--output", str(plain)]) == 0
+    assert json.loads(plain.read_text())["extractor"] == "dripper:cpu"
+    # No block can reach probability 0.999999: the CPU labeler declines and the fallback extracts the page.
+    args = ["extract", "--input", str(page), "--output", str(declining), "--labeler", "cpu"]
+    assert main([*args, "--labeler-option", "min_confidence=0.999999"]) == 0
+    record = json.loads(declining.read_text())
+    assert record["extractor"] == "trafilatura" and record["fallback_reason"].startswith("label_failed: low")
+
+
+def test_unknown_labeler_option_is_a_clear_error(tmp_path, capsys):
+    page = tmp_path / "page.html"
+    page.write_text(ARTICLE, encoding="utf-8")
+    args = ["extract", "--input", str(page), "--output", "-", "--labeler", "cpu"]
+    assert main([*args, "--labeler-option", "temperature=0.5"]) == 2
+    assert "labeler 'cpu'" in capsys.readouterr().err

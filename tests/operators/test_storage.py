@@ -4,11 +4,6 @@ against a real S3 server (moto on 127.0.0.1)."""
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 import uuid
 
 import pytest
@@ -94,59 +89,22 @@ def test_storage_root_must_be_absolute_or_a_url():
     assert RunStorageHook("s3://bucket/runs/").storage_root == "s3://bucket/runs"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def moto_endpoint():
-    pytest.importorskip("moto")
-    pytest.importorskip("s3fs")
-    endpoint = f"http://127.0.0.1:{_free_port()}"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", endpoint.rsplit(":", 1)[1]],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1).read()
-                break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"moto did not start on {endpoint}") from None
-                time.sleep(0.2)
-        yield endpoint
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
-
-
-def test_state_files_on_s3_with_the_connections_credentials(moto_endpoint, monkeypatch):
-    """The refresh DAG's state and manifests go to an s3:// storage root with aws_default's credentials."""
-    import s3fs
-
+def test_state_files_on_s3_with_the_connections_credentials(moto_server, s3_filesystem, monkeypatch):
+    """The refresh DAG's state and manifests go to an s3:// storage root with aws_default's credentials
+    (the session's moto server, tests/conftest.py)."""
     from operators.stages import FindNewCrawlsOperator, WriteCrawlManifestOperator
     from tests.dags import SAMPLE
     from tests.operators.test_stages import FakeContext
 
     monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    extra = {"endpoint_url": moto_endpoint, "region_name": "eu-west-1"}
+    extra = {"endpoint_url": moto_server, "region_name": "eu-west-1"}
     monkeypatch.setenv(
         "AIRFLOW_CONN_AWS_DEFAULT",
         json.dumps({"conn_type": "aws", "login": "testing", "password": "testing", "extra": extra}),
     )
     bucket = f"dripper-airflow-{uuid.uuid4().hex[:8]}"
-    fs = s3fs.S3FileSystem(
-        key="testing",
-        secret="testing",
-        client_kwargs={"endpoint_url": moto_endpoint, "region_name": "eu-west-1"},
-    )
+    fs = s3_filesystem
     fs.mkdir(bucket, region_name="eu-west-1")
     root = f"s3://{bucket}/runs"
 

@@ -1,16 +1,11 @@
 """Fixtures of the data-plane tests: the bundled sample snapshot, one uninterrupted reference run of both
-stages (the outputs every other run is compared with), and an S3 server (moto) on 127.0.0.1, started once
-per test session."""
+stages (the outputs every other run is compared with), and a bucket holding the sample on the session's S3
+server (``moto_server`` and ``s3_options`` are in tests/conftest.py)."""
 
 from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 import uuid
 from pathlib import Path
 
@@ -104,66 +99,11 @@ def reference_run(tmp_path_factory) -> dict:
 # -- S3 on loopback ----------------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
-def moto_server():
-    """A moto S3 server in its own process on 127.0.0.1; yields its endpoint URL."""
-    pytest.importorskip("moto")
-    pytest.importorskip("s3fs")
-    port = _free_port()
-    endpoint = f"http://127.0.0.1:{port}"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1).read()
-                break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"moto server did not start on {endpoint}") from None
-                time.sleep(0.2)
-        yield endpoint
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-
-
-@pytest.fixture(scope="session")
-def s3_options(moto_server) -> dict:
-    """fsspec options for the moto server (explicit: nothing read from or written to the environment).
-
-    The region is not us-east-1: creating a bucket there through s3fs fails against moto."""
-    return {
-        "endpoint_url": moto_server,
-        "key": "testing",
-        "secret": "testing",
-        "client_kwargs": {"region_name": "eu-west-1"},
-    }
-
-
-@pytest.fixture(scope="session")
-def s3_bucket(s3_options) -> str:
-    """A fresh bucket holding the sample snapshot under ``sample/`` (laid out like Common Crawl)."""
-    import s3fs
-
-    fs = s3fs.S3FileSystem(
-        key=s3_options["key"],
-        secret=s3_options["secret"],
-        client_kwargs={**s3_options["client_kwargs"], "endpoint_url": s3_options["endpoint_url"]},
-    )
+def s3_bucket(s3_filesystem) -> str:
+    """A fresh bucket on the session's moto server (tests/conftest.py) holding the sample snapshot under
+    ``sample/`` (laid out like Common Crawl)."""
+    fs = s3_filesystem
     bucket = f"dripper-test-{uuid.uuid4().hex[:8]}"
     fs.mkdir(bucket, region_name="eu-west-1")
     crawl = SAMPLE_BASE / "crawl-data"

@@ -1,0 +1,469 @@
+"""LM engine benchmark: our ``torch`` engine against plain transformers ``generate`` (and vLLM), same prompts.
+
+One prepared script, in two steps so the GPU machine needs only torch and transformers (no HTML stack,
+no vLLM, no network):
+
+1. ``python bench/lm_engine.py --prepare`` (here, CPU): simplifies the dev pages (``../shared/data``; the
+   bundled sample where that is absent), renders the v1.1 compact prompts with Qwen's real tokenizer
+   (``make install`` builds it), prints the prompt-length statistics (pages over 8k and 32k tokens, the
+   windows they need), windows the prompts to ``--context`` and writes token ids and answer regexes to
+   ``.cache/bench/lm_calls.json.gz``.
+2. ``python bench/lm_engine.py`` (CUDA): builds a model with Qwen3-0.6B's exact architecture (random bf16
+   weights, shaped like a labeler by ``scripts/make_tiny_models.shape_label_preferences`` so its labels vary
+   and are whole words), then reports, in the same run, pages/s, prompt and answer tokens/s, forward passes
+   per page and model FLOP utilisation of the ``torch`` engine (speculation on and off), of transformers
+   ``generate`` with the same constraint (greedy, KV cache, a logits processor) on ``--plain-pages``, and
+   of vLLM's offline engine where vLLM is installed; and how often their answers agree token for token.
+
+``--tiny`` runs the same path on CPU with a 2-layer model (hidden 128): there model compute is negligible,
+so it shows engine overheads and forward passes per page against blocks per page. If the calls file is
+missing, the run prepares it first (that needs the HTML stack).
+
+Every result is one JSON line on stdout (and appended to ``--output``, so a killed run keeps what it measured).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gzip
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "scripts")]
+
+CALLS_FILE = REPO / ".cache" / "bench" / "lm_calls.json.gz"
+TOKENIZER_DIR = REPO / ".cache" / "models" / "qwen-tokenizer"
+# Dense bf16 peak FLOP/s by device name (the first that matches).
+PEAK_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10": 125e12}
+_OUTPUT: list[Path] = []
+
+
+def emit(record: dict) -> None:
+    """Print a result line and append it to ``--output`` at once."""
+    line = json.dumps(record)
+    print(line, flush=True)
+    for path in _OUTPUT:
+        with path.open("a", encoding="utf-8") as out:
+            out.write(line + "\n")
+
+
+# -- step 1: prompts ----------------------------------------------------------------------------------
+
+
+def default_source() -> Path:
+    dev = REPO.parent / "shared" / "data" / "dev.jsonl.gz"
+    return dev if dev.exists() else REPO / "data" / "sample" / "pages.jsonl.gz"
+
+
+def prepare(source: Path, context: int, calls_file: Path, limit: int = 0) -> dict:
+    """Prompts of ``source``'s pages as token ids, windowed to ``context``; returns the prompt statistics."""
+    from dripper_core.labelers.base import LabelRequest
+    from dripper_core.labelers.lm_common import CallPlanner, load_tokenizer
+    from dripper_core.labelers.lm_prompts import PromptRenderer
+    from dripper_core.prompt import answer_format
+    from dripper_core.simplify import SimplifyOptions, simplify_html
+    from dripper_core.types import Page
+
+    tokenizer = load_tokenizer(TOKENIZER_DIR)
+    renderer = PromptRenderer(tokenizer, answer_format("compact"))
+    planners = {size: CallPlanner(renderer, size) for size in sorted({8192, 32768, context})}
+    requests, raw_tokens, simplified_tokens = [], 0, 0
+    with gzip.open(source, "rt", encoding="utf-8") as lines:
+        for index, line in enumerate(lines):
+            if limit and index >= limit:
+                break
+            html = json.loads(line)["html"]
+            page = simplify_html(html, str(index), None, SimplifyOptions(block_text=False))
+            raw_tokens += len(tokenizer(html, add_special_tokens=False, verbose=False)["input_ids"])
+            simplified_tokens += len(tokenizer(page.simplified_html, add_special_tokens=False)["input_ids"])
+            if page.n_blocks:
+                requests.append(LabelRequest(Page(str(index), ""), page))
+    planned = {size: planner.plan(requests) for size, planner in planners.items()}
+    lengths = planners[context].stats.prompt_lengths  # the whole-page prompt of every labellable page
+    stats = {
+        "source": source.name,
+        "pages": len(requests),
+        "prompt_tokens_mean": round(statistics.mean(lengths)),
+        "prompt_tokens_median": round(statistics.median(lengths)),
+        "prompt_tokens_max": max(lengths),
+        "blocks_mean": round(statistics.mean(r.simplified.n_blocks for r in requests), 1),
+        "simplified_share_of_raw_html_tokens": round(simplified_tokens / max(raw_tokens, 1), 4),
+    }
+    for size in (8192, 32768):
+        stats[f"pages_over_{size // 1024}k"] = sum(length > size for length in lengths)
+        stats[f"windowed_pages_at_{size // 1024}k"] = planners[size].stats.windowed_pages
+        stats[f"windows_at_{size // 1024}k"] = planners[size].stats.windows
+        stats[f"failed_pages_at_{size // 1024}k"] = len(planned[size][1])
+    calls, failures = planned[context]
+    calls_file.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(calls_file, "wt", encoding="utf-8") as out:
+        json.dump(
+            {
+                "source": source.name,
+                "context": context,
+                "pages": len(requests),
+                "failed_pages": len(failures),
+                "calls": [
+                    {
+                        "page": call.page,
+                        "n_blocks": call.n_blocks,
+                        "prompt_ids": call.prompt_ids,
+                        "regex": call.regex,
+                        "max_tokens": call.max_tokens,
+                    }
+                    for call in calls
+                ],
+            },
+            out,
+        )
+    stats["calls_file"] = str(calls_file)
+    stats["context"] = context
+    stats["calls"] = len(calls)
+    return stats
+
+
+def load_calls(calls_file: Path, pages: int, max_prompt_tokens: int) -> tuple[dict, list]:
+    """The prepared calls as :class:`LMCall`, the first ``pages`` pages whose windows all fit the limit."""
+    from dripper_core.labelers.lm_common import LMCall
+
+    with gzip.open(calls_file, "rt", encoding="utf-8") as lines:
+        bundle = json.load(lines)
+    longest: dict[int, int] = {}
+    for call in bundle["calls"]:
+        longest[call["page"]] = max(longest.get(call["page"], 0), len(call["prompt_ids"]))
+    keep = sorted(
+        page for page, length in longest.items() if not max_prompt_tokens or length <= max_prompt_tokens
+    )
+    keep = set(keep[:pages] if pages else keep)
+    calls = [
+        LMCall(c["page"], 0, c["n_blocks"], "", c["prompt_ids"], c["regex"], c["max_tokens"])
+        for c in bundle["calls"]
+        if c["page"] in keep
+    ]
+    return bundle, calls
+
+
+# -- step 2: engines ----------------------------------------------------------------------------------
+
+
+def build_model(tiny: bool, device: str, digit_scale: float):
+    """Qwen3-0.6B's architecture (or a 2-layer one) with random weights shaped like a labeler."""
+    import torch
+    from make_tiny_models import qwen3_config, shape_label_preferences
+    from transformers import Qwen3ForCausalLM
+
+    from dripper_core.labelers.lm_common import load_tokenizer
+
+    tokenizer = load_tokenizer(TOKENIZER_DIR)
+    if tiny:
+        config = qwen3_config(128, 2, heads=2, kv_heads=1, intermediate=256, initializer_range=0.05)
+    else:  # Qwen3-0.6B: 28 layers, hidden 1024, 16 query / 8 KV heads of 128, MLP 3072
+        config = qwen3_config(1024, 28, heads=16, kv_heads=8, intermediate=3072, initializer_range=0.05)
+    config.tie_word_embeddings = False  # the label shaping needs its own head rows (0.16 B more parameters)
+    config._attn_implementation = "sdpa"  # transformers' generate on the same attention kernels as ours
+    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = Qwen3ForCausalLM(config).to(dtype).eval()
+    # Whole-word labels, as a trained labeler writes them; how often they switch follows digit_scale.
+    shape_label_preferences(model, tokenizer, partial_labels=False, digit_scale=digit_scale)
+    return model, tokenizer
+
+
+def flops_per_token(config, context: float) -> float:
+    """Forward FLOPs per token: 2 × non-embedding weights + attention over ``context`` keys."""
+    hidden, layers = config.hidden_size, config.num_hidden_layers
+    heads, kv, dim = config.num_attention_heads, config.num_key_value_heads, config.head_dim
+    weights = layers * (
+        hidden * dim * (heads + 2 * kv) + heads * dim * hidden + 3 * hidden * config.intermediate_size
+    )
+    return 2 * weights + 4 * layers * heads * dim * context
+
+
+class Timer:
+    """Wall time of a block, synchronising CUDA on both ends so queued kernels are counted."""
+
+    def __init__(self, device: str) -> None:
+        self.cuda = device.startswith("cuda")
+
+    def __enter__(self) -> Timer:
+        import torch
+
+        if self.cuda:
+            torch.cuda.synchronize()
+        self.started = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import torch
+
+        if self.cuda:
+            torch.cuda.synchronize()
+        self.seconds = time.perf_counter() - self.started
+
+
+def report(
+    name: str, model, calls, seconds: float, answer_tokens: int, forward_passes, peak, **extra
+) -> dict:
+    """Throughput and model FLOP utilisation (useful tokens only: each prompt and answer token once)."""
+    pages = len({call.page for call in calls})
+    prompt = sum(len(call.prompt_ids) for call in calls)
+    # Mean attention span of a prompt token (half its prompt), weighted by prompt length.
+    span = sum(len(call.prompt_ids) ** 2 for call in calls) / max(prompt, 1) / 2
+    flops = flops_per_token(model.config, span) * (prompt + answer_tokens)
+    result = {
+        "engine": name,
+        "pages": pages,
+        "calls": len(calls),
+        "seconds": round(seconds, 2),
+        "pages_per_s": round(pages / seconds, 3),
+        "prompt_tokens_per_s": round(prompt / seconds),
+        "answer_tokens_per_s": round(answer_tokens / seconds),
+        "forward_passes_per_page": round(forward_passes / pages, 1) if forward_passes is not None else None,
+        "blocks_per_page": round(sum(call.n_blocks for call in calls) / pages, 1),
+        "mfu": round(flops / seconds / peak, 4) if peak else None,
+        **extra,
+    }
+    emit(result)
+    return result
+
+
+def vocabulary_for(tokenizer, model):
+    from dripper_core.labelers.lm_common import stop_token_ids
+    from dripper_core.labelers.lm_tokens import TokenVocabulary, token_bytes_table
+
+    return TokenVocabulary(token_bytes_table(tokenizer, model.config.vocab_size), stop_token_ids(tokenizer))
+
+
+def run_torch_engine(model, vocabulary, calls, speculation: str, max_batch: int, device: str, peak):
+    """Our engine on every call, after a warm-up on two; returns the answer tokens (stop ids dropped)."""
+    from dripper_core.labelers.torch_decoder import ConstrainedDecoder, EngineOptions
+    from dripper_core.prompt import answer_format
+
+    options = EngineOptions(speculation=speculation, max_batch=max_batch)
+    engine = ConstrainedDecoder(model, vocabulary, answer_format("compact"), options)
+    engine.run(calls[:2])  # warm-up: kernels, allocator
+    engine.stats = type(engine.stats)()
+    with Timer(device) as timer:
+        answers = engine.run(calls)
+    stats = engine.stats
+    pages = len({call.page for call in calls})
+    report(
+        f"torch (speculation={speculation})",
+        model,
+        calls,
+        timer.seconds,
+        stats.answer_tokens,
+        sum(answer.forward_passes or 0 for answer in answers),  # per sequence, batching aside
+        peak,
+        batched_steps=stats.forward_passes,
+        decisions_per_page=round(stats.decisions / pages, 1),
+        main_share=round(_main_share(answers), 3),
+        draft_acceptance=round(stats.accepted_draft_tokens / max(stats.draft_tokens, 1), 3),
+        failures=sum(answer.failure is not None for answer in answers),
+    )
+    return [_without_stops(answer.token_ids or [], vocabulary) for answer in answers]
+
+
+def run_plain_generate(model, vocabulary, calls, device: str, peak):
+    """transformers ``generate`` (greedy, KV cache, one call at a time) with the same constraint."""
+    import torch
+    from transformers import LogitsProcessor, LogitsProcessorList
+
+    from dripper_core.labelers.lm_tokens import AnswerAutomaton
+
+    class RegexConstraint(LogitsProcessor):
+        """Masks every token the answer regex does not allow next (our automaton, vLLM's semantics)."""
+
+        def __init__(self, regex: str, prompt_length: int) -> None:
+            self.automaton = AnswerAutomaton(regex, vocabulary)
+            self.prompt_length, self.state, self.seen = prompt_length, self.automaton.start, 0
+
+        def __call__(self, input_ids, scores):
+            for token in input_ids[0, self.prompt_length + self.seen :].tolist():
+                self.state = self.automaton.advance(self.state, token) if self.state is not None else None
+                self.seen += 1
+            allowed = (
+                list(self.automaton.allowed(self.state)) if self.state is not None else vocabulary.stop_ids
+            )
+            masked = torch.full_like(scores, float("-inf"))
+            masked[:, allowed] = scores[:, allowed]
+            return masked
+
+    def generate(call):
+        ids = torch.tensor([call.prompt_ids], device=device)
+        output = model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=call.max_tokens,
+            do_sample=False,
+            logits_processor=LogitsProcessorList([RegexConstraint(call.regex, ids.shape[1])]),
+            eos_token_id=vocabulary.stop_ids,
+            pad_token_id=vocabulary.stop_ids[0],
+        )
+        return output[0, ids.shape[1] :].tolist()
+
+    generate(calls[0])  # warm-up
+    with Timer(device) as timer:
+        outputs = [generate(call) for call in calls]
+    answer_tokens = sum(len(output) for output in outputs)
+    # generate runs one forward pass per token it emits, forced or not.
+    report(
+        "transformers generate + constraint", model, calls, timer.seconds, answer_tokens, answer_tokens, peak
+    )
+    return [_without_stops(output, vocabulary) for output in outputs]
+
+
+def run_vllm(model, tokenizer, vocabulary, calls, context: int, device: str, peak):
+    """vLLM's offline engine (through the ``vllm`` labeler) on the same weights, saved to a temporary folder."""
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        emit({"engine": "vllm", "skipped": "vllm is not installed"})
+        return None
+    from dripper_core.labelers.vllm_labeler import VLLMLabeler
+
+    if not device.startswith("cuda"):
+        os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")  # GiB
+
+    with tempfile.TemporaryDirectory(prefix="dripper-bench-model-") as folder:
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        started = time.perf_counter()
+        labeler = VLLMLabeler(
+            folder,
+            max_model_len=context,
+            dtype="bfloat16" if device.startswith("cuda") else "float32",
+            gpu_memory_utilization=0.5 if device.startswith("cuda") else 0.2,
+            enforce_eager=not device.startswith("cuda"),
+            logprobs=0,
+        )
+        emit({"vllm_engine_start_seconds": round(time.perf_counter() - started, 1)})
+        try:
+            # Warm-up on the first 256 prompt tokens only: prefix caching keeps the shared instruction
+            # prefix (as in production), not whole prompts of the measured run.
+            labeler.generate([dataclasses.replace(calls[0], prompt_ids=calls[0].prompt_ids[:256])])
+            with Timer(device) as timer:
+                answers = labeler.generate(calls)
+        finally:
+            labeler.close()
+    outputs = [_without_stops(answer.token_ids or [], vocabulary) for answer in answers]
+    answer_tokens = sum(len(answer.token_ids or []) for answer in answers)
+    report("vllm (offline engine)", model, calls, timer.seconds, answer_tokens, None, peak)
+    return outputs
+
+
+def _main_share(answers) -> float:
+    text = "".join(answer.text for answer in answers)
+    return text.count("main") / max(text.count("main") + text.count("other"), 1)
+
+
+def _without_stops(tokens: list[int], vocabulary) -> list[int]:
+    return [token for token in tokens if token not in vocabulary.stop_ids]
+
+
+def agreement(name: str, reference: list[list[int]], other: list[list[int]] | None) -> None:
+    if other is not None:
+        same = sum(a == b for a, b in zip(reference, other, strict=False))
+        emit({"agreement_with_torch_speculation": name, "identical_answers": f"{same}/{len(other)}"})
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument(
+        "--prepare", action="store_true", help="write the calls file and print prompt statistics"
+    )
+    parser.add_argument(
+        "--source", type=Path, default=None, help="pages JSONL(.gz) (default: dev, else sample)"
+    )
+    parser.add_argument(
+        "--source-limit", type=int, default=0, help="--prepare: only the first N source pages"
+    )
+    parser.add_argument("--context", type=int, default=32_768, help="--prepare: context to window prompts to")
+    parser.add_argument("--calls", type=Path, default=CALLS_FILE, help=f"calls file (default {CALLS_FILE})")
+    parser.add_argument("--tiny", action="store_true", help="a 2-layer model on CPU")
+    parser.add_argument("--pages", type=int, default=0, help="only the first N pages (0: all)")
+    parser.add_argument("--max-prompt-tokens", type=int, default=0, help="skip pages with longer prompts")
+    parser.add_argument("--plain-pages", type=int, default=8, help="pages for the transformers generate run")
+    parser.add_argument(
+        "--max-batch", type=int, default=64, help="sequences the torch engine decodes together"
+    )
+    parser.add_argument(
+        "--digit-scale",
+        type=float,
+        default=6.0,
+        help="how strongly labels follow the block id: higher, more label switches (fewer accepted drafts)",
+    )
+    parser.add_argument(
+        "--threads", type=int, default=0, help="torch CPU threads (0: torch's default; 1 on a shared machine)"
+    )
+    parser.add_argument("--no-vllm", action="store_true", help="skip vLLM even where it is installed")
+    parser.add_argument("--output", type=Path, help="also append the result lines to this file")
+    args = parser.parse_args(argv)
+    _OUTPUT[:] = [args.output] if args.output else []
+    if args.prepare or not args.calls.exists():
+        emit(
+            {
+                "prompt_statistics": prepare(
+                    args.source or default_source(), args.context, args.calls, args.source_limit
+                )
+            }
+        )
+        if args.prepare:
+            return 0
+
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() and not args.tiny else "cpu"
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
+    peak = next((flops for key, flops in PEAK_FLOPS.items() if key in name), None)
+    bundle, calls = load_calls(args.calls, args.pages, args.max_prompt_tokens)
+    pages = sorted({call.page for call in calls})
+    emit(
+        {
+            "device": name,
+            "torch": torch.__version__,
+            "threads": torch.get_num_threads(),
+            "source": bundle["source"],
+            "context": bundle["context"],
+            "pages": len(pages),
+            "calls": len(calls),
+            "prompt_tokens_per_page": round(sum(len(c.prompt_ids) for c in calls) / max(len(pages), 1)),
+        }
+    )
+    started = time.perf_counter()
+    model, tokenizer = build_model(args.tiny, device, args.digit_scale)
+    vocabulary = vocabulary_for(tokenizer, model)
+    emit(
+        {
+            "model_built_seconds": round(time.perf_counter() - started, 1),
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "dtype": str(next(model.parameters()).dtype),
+        }
+    )
+    with torch.inference_mode():
+        speculative = run_torch_engine(model, vocabulary, calls, "previous", args.max_batch, device, peak)
+        plain = run_torch_engine(model, vocabulary, calls, "none", args.max_batch, device, peak)
+        agreement("torch (speculation=none)", speculative, plain)
+        chosen = [i for i, call in enumerate(calls) if call.page in set(pages[: args.plain_pages])]
+        if chosen:
+            generated = run_plain_generate(model, vocabulary, [calls[i] for i in chosen], device, peak)
+            agreement("transformers generate + constraint", [speculative[i] for i in chosen], generated)
+    if not args.no_vllm:
+        served = run_vllm(model, tokenizer, vocabulary, calls, bundle["context"], device, peak)
+        agreement("vllm (offline engine)", speculative, served)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

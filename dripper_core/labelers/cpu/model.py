@@ -1,0 +1,367 @@
+"""The CPU labeler's model: two gradient-boosted tree ensembles, stored as JSON and evaluated with numpy.
+
+Stage 1 scores each block from its own features (:func:`~dripper_core.labelers.cpu.features.page_features`);
+stage 2 rescores it from the same features plus the stage-1 scores of its neighbours and containers
+(:func:`~dripper_core.labelers.cpu.features.context_features`). A block is main when its stage-2
+probability reaches the model's threshold.
+
+The ensembles are trained with scikit-learn's ``HistGradientBoostingClassifier`` (``train.py``) and
+exported as plain arrays (split feature, threshold, children, leaf values) into a gzip-compressed JSON
+file: no pickle (nothing executes on load), no scikit-learn at run time, and the file records its format
+version, the package version, the training data and the cross-validated scores. :meth:`TreeEnsemble.
+decision_function` walks all trees of a batch at once (one numpy step per tree level).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dripper_core.labelers.base import BlockLabeler, LabelRequest, Labels, register_labeler
+from dripper_core.labelers.cpu.features import (
+    CONTEXT_FEATURE_NAMES,
+    FEATURE_NAMES,
+    PageFeatures,
+    context_features,
+    page_features,
+)
+
+__all__ = ["FORMAT", "CpuLabeler", "CpuModel", "TreeEnsemble", "default_model_path", "load_model"]
+
+FORMAT = "dripper-cpu-labeler"
+FORMAT_VERSION = 1
+DEFAULT_MODEL = "model.json.gz"
+RELATIVE_THRESHOLD = 0.7
+
+
+@dataclass
+class TreeEnsemble:
+    """A binary-classification tree ensemble as flat node arrays (all trees concatenated).
+
+    A sample goes left at a node when ``x[feature] <= threshold`` (NaN is read as 0, as LightGBM does for
+    features trained without missing values; the features never produce NaN). Features are float32, as
+    the learners saw them. Leaves are their own
+    children, so ``depth`` steps take every sample to its leaf.
+
+    Attributes:
+        baseline: Raw score added to the sum of the leaf values.
+        roots: Index of each tree's root node.
+        feature, threshold, value: Per node (``value`` is the leaf value, 0 for split nodes).
+        children: ``2 * n_nodes`` entries: ``children[2 * i]`` is node ``i``'s left child, ``[2 * i + 1]``
+            its right child.
+        depth: The deepest leaf's depth.
+    """
+
+    baseline: float
+    roots: np.ndarray
+    feature: np.ndarray
+    threshold: np.ndarray
+    children: np.ndarray
+    value: np.ndarray
+    depth: int
+    _compact_arrays: tuple | None = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def n_trees(self) -> int:
+        return int(self.roots.shape[0])
+
+    @property
+    def n_nodes(self) -> int:
+        return int(self.feature.shape[0])
+
+    def decision_function(self, features: np.ndarray) -> np.ndarray:
+        """Raw scores (log-odds) of ``features`` ``(n_samples, n_features)``, read as float32."""
+        x = np.nan_to_num(np.ascontiguousarray(features, dtype=np.float32), nan=0.0)
+        n, width = x.shape
+        if n == 0 or self.n_trees == 0:
+            return np.full(n, self.baseline)
+        feature, threshold, children, roots = self._compact()
+        flat = x.ravel()
+        row_start = (np.arange(n, dtype=np.int32) * width)[:, None]
+        node = np.repeat(roots[None, :], n, axis=0)
+        for _ in range(self.depth):
+            go_right = flat.take(row_start + feature.take(node)) > threshold.take(node)
+            node = children.take(2 * node + go_right)
+        return self.value.take(node).sum(axis=1) + self.baseline
+
+    def _compact(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """int32 indices and float32 thresholds (half the memory traffic of the walk).
+
+        For a float32 ``x``, ``x <= t`` equals ``x <= t32`` where ``t32`` is the largest float32 not
+        above ``t``: rounding ``t`` to float32 and stepping down where it rounded up keeps every split.
+        """
+        if self._compact_arrays is None:
+            threshold = self.threshold.astype(np.float32)
+            rounded_up = threshold.astype(np.float64) > self.threshold
+            threshold[rounded_up] = np.nextafter(threshold[rounded_up], np.float32(-np.inf))
+            self._compact_arrays = (
+                self.feature.astype(np.int32),
+                threshold,
+                self.children.astype(np.int32),
+                self.roots.astype(np.int32),
+            )
+        return self._compact_arrays
+
+    def predict_proba(self, features: np.ndarray) -> np.ndarray:
+        """Probabilities of the positive class."""
+        return 1.0 / (1.0 + np.exp(-self.decision_function(features)))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "baseline": self.baseline,
+            "depth": self.depth,
+            "roots": self.roots.tolist(),
+            "feature": self.feature.tolist(),
+            "threshold": self.threshold.tolist(),
+            "children": self.children.tolist(),
+            "value": self.value.tolist(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TreeEnsemble:
+        ensemble = cls(
+            baseline=float(data["baseline"]),
+            roots=np.asarray(data["roots"], dtype=np.intp),
+            feature=np.asarray(data["feature"], dtype=np.intp),
+            threshold=np.asarray(data["threshold"], dtype=np.float64),
+            children=np.asarray(data["children"], dtype=np.intp),
+            value=np.asarray(data["value"], dtype=np.float64),
+            depth=int(data["depth"]),
+        )
+        ensemble.validate()
+        return ensemble
+
+    def validate(self, n_features: int | None = None) -> None:
+        """Check that the arrays describe trees (raises ``ValueError`` naming what is wrong)."""
+        n_nodes = self.n_nodes
+        for name, size in (("threshold", n_nodes), ("value", n_nodes), ("children", 2 * n_nodes)):
+            if getattr(self, name).shape != (size,):
+                raise ValueError(f"tree ensemble: {name} has {getattr(self, name).shape} entries, not {size}")
+        for name in ("roots", "children"):
+            array = getattr(self, name)
+            if array.size and (array.min() < 0 or array.max() >= n_nodes):
+                raise ValueError(f"tree ensemble: {name} points outside the {n_nodes} nodes")
+        if self.feature.size and self.feature.min() < 0:
+            raise ValueError("tree ensemble: negative feature index")
+        if n_features is not None and self.feature.size and self.feature.max() >= n_features:
+            raise ValueError(f"tree ensemble uses feature {self.feature.max()} of {n_features}")
+        if self.depth < 0 or self.depth > 64:
+            raise ValueError(f"tree ensemble: depth {self.depth} out of range")
+
+
+@dataclass
+class CpuModel:
+    """The two stages, the decision threshold and the record of how the model was made.
+
+    Attributes:
+        stage1: Ensemble over :data:`FEATURE_NAMES`.
+        stage2: Ensemble over ``FEATURE_NAMES + CONTEXT_FEATURE_NAMES``, or ``None`` (stage 1 decides).
+        threshold: Probability at or above which a block is main.
+        min_confidence: Pages where no block reaches this probability are left to the fallback.
+        metadata: Format, versions, training data, parameters, cross-validated scores.
+    """
+
+    stage1: TreeEnsemble
+    stage2: TreeEnsemble | None
+    threshold: float = 0.5
+    min_confidence: float = 0.7
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def probabilities(self, pages: Sequence[PageFeatures]) -> list[np.ndarray]:
+        """Main-content probability of every block of every page (one batched pass per stage)."""
+        if not pages:
+            return []
+        sizes = [page.n_blocks for page in pages]
+        splits = np.cumsum(sizes)[:-1]
+        stacked = np.concatenate([page.values for page in pages]) if sum(sizes) else None
+        if stacked is None:
+            return [np.zeros(0) for _ in pages]
+        first = self.stage1.predict_proba(stacked)
+        if self.stage2 is None:
+            return np.split(first, splits)
+        context = np.concatenate(
+            [context_features(page, p) for page, p in zip(pages, np.split(first, splits), strict=True)]
+        )
+        second = self.stage2.predict_proba(np.concatenate([stacked, context], axis=1))
+        return np.split(second, splits)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "feature_names": list(FEATURE_NAMES),
+            "context_feature_names": list(CONTEXT_FEATURE_NAMES),
+            "threshold": self.threshold,
+            "min_confidence": self.min_confidence,
+            "metadata": self.metadata,
+            "stage1": self.stage1.to_dict(),
+            "stage2": self.stage2.to_dict() if self.stage2 is not None else None,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str = "model") -> CpuModel:
+        if data.get("format") != FORMAT:
+            raise ValueError(f"{where}: not a CPU labeler model (format {data.get('format')!r})")
+        if data.get("format_version") != FORMAT_VERSION:
+            raise ValueError(
+                f"{where}: model format version {data.get('format_version')} but this code reads "
+                f"{FORMAT_VERSION}; retrain it with `dripper train-labeler`"
+            )
+        if tuple(data.get("feature_names", ())) != FEATURE_NAMES or tuple(
+            data.get("context_feature_names", ())
+        ) != (CONTEXT_FEATURE_NAMES):
+            raise ValueError(
+                f"{where}: the model was trained on other features than this code computes; "
+                "retrain it with `dripper train-labeler`"
+            )
+        stage1 = TreeEnsemble.from_dict(data["stage1"])
+        stage1.validate(len(FEATURE_NAMES))
+        stage2 = None
+        if data.get("stage2") is not None:
+            stage2 = TreeEnsemble.from_dict(data["stage2"])
+            stage2.validate(len(FEATURE_NAMES) + len(CONTEXT_FEATURE_NAMES))
+        threshold = float(data.get("threshold", 0.5))
+        if not 0.0 < threshold < 1.0:
+            raise ValueError(f"{where}: threshold {threshold} is not a probability")
+        min_confidence = float(data.get("min_confidence", 0.0))
+        if not 0.0 <= min_confidence < 1.0:
+            raise ValueError(f"{where}: min_confidence {min_confidence} is not a probability")
+        return cls(stage1, stage2, threshold, min_confidence, dict(data.get("metadata") or {}))
+
+    def save(self, path: str | Path) -> Path:
+        """Write the model as JSON (gzip-compressed when ``path`` ends in ``.gz``)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        text = json.dumps(self.to_dict(), separators=(",", ":"), ensure_ascii=False)
+        if path.suffix == ".gz":
+            # mtime=0: the same model gives the same bytes.
+            with path.open("wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as out:
+                out.write(text.encode("utf-8"))
+        else:
+            path.write_text(text, encoding="utf-8")
+        return path
+
+
+def default_model_path() -> Path:
+    """The model shipped in the package (``dripper_core/resources/cpu_labeler/model.json.gz``)."""
+    return Path(str(resources.files("dripper_core") / "resources" / "cpu_labeler" / DEFAULT_MODEL))
+
+
+def load_model(path: str | Path | None = None) -> CpuModel:
+    """Load a model file (default: the shipped one).
+
+    Raises:
+        FileNotFoundError: no such file (with how to make one).
+        ValueError: the file is not a model this code can use.
+    """
+    path = Path(path) if path is not None else default_model_path()
+    if not path.exists():
+        raise FileNotFoundError(
+            f"CPU labeler model {path} does not exist; train one with "
+            "`dripper train-labeler --data PAGES.jsonl.gz --output MODEL.json.gz`"
+        )
+    raw = path.read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path}: not a JSON model file ({error})") from error
+    return CpuModel.from_dict(data, where=str(path))
+
+
+@lru_cache(maxsize=4)
+def _cached_model(path: str) -> CpuModel:
+    return load_model(path)
+
+
+def finish_labels(
+    probabilities: np.ndarray, chars: np.ndarray, threshold: float, relative: float = RELATIVE_THRESHOLD
+) -> list[bool]:
+    """Labels from probabilities.
+
+    Blocks at or above ``threshold`` are main. When no block with text reaches it, the blocks within
+    ``relative`` of the likeliest one are main instead (every page in training had a main part, and an
+    empty answer scores nothing). A block without text (image, embed) follows its neighbours: main when
+    the nearest blocks with text on both sides are.
+    """
+    has_text = chars > 0
+    main = probabilities >= threshold
+    if has_text.any() and not main[has_text].any():
+        main = probabilities >= relative * float(probabilities[has_text].max())
+    if has_text.all() or not has_text.any():
+        return main.tolist()
+    texted = np.flatnonzero(has_text)
+    for index in np.flatnonzero(~has_text):
+        slot = np.searchsorted(texted, index)
+        before = main[texted[slot - 1]] if slot > 0 else False
+        after = main[texted[slot]] if slot < texted.size else False
+        main[index] = bool(before and after)
+    return main.tolist()
+
+
+@register_labeler("cpu")
+class CpuLabeler(BlockLabeler):
+    """Labels blocks with the shipped gradient-boosted tree model; no GPU, no download.
+
+    Args:
+        model: A model file path or a loaded :class:`CpuModel` (default: the shipped model).
+        threshold: Override the model's decision threshold.
+        min_confidence: When no block of a page reaches this probability, the labeler declines the page
+            (``Labels.failed``, reason ``low confidence``) and the pipeline's fallback (Trafilatura by
+            default) extracts it: on such pages the model is usually wrong. ``0`` labels every page.
+
+    ``Labels.confidence`` holds each block's probability of being main.
+    """
+
+    name = "cpu"
+
+    def __init__(
+        self,
+        model: str | Path | CpuModel | None = None,
+        threshold: float | None = None,
+        min_confidence: float | None = None,
+    ) -> None:
+        super().__init__()
+        if isinstance(model, CpuModel):
+            self.model = model
+        else:
+            path = Path(model) if model is not None else default_model_path()
+            self.model = _cached_model(str(path.resolve()))
+        self.threshold = self.model.threshold if threshold is None else float(threshold)
+        if not 0.0 < self.threshold < 1.0:
+            raise ValueError(f"threshold {self.threshold} must be between 0 and 1")
+        self.min_confidence = self.model.min_confidence if min_confidence is None else float(min_confidence)
+        if not 0.0 <= self.min_confidence < 1.0:
+            raise ValueError(f"min_confidence {self.min_confidence} must be in [0, 1)")
+
+    def label_batch(self, requests: Sequence[LabelRequest]) -> list[Labels]:
+        results: list[Labels | None] = [None] * len(requests)
+        ready: list[tuple[int, PageFeatures]] = []
+        for index, request in enumerate(requests):
+            try:
+                ready.append((index, page_features(request.simplified)))
+            except Exception as error:  # one page's odd DOM goes to the fallback, not the batch
+                results[index] = Labels.failed(f"cpu features failed: {type(error).__name__}: {error}"[:300])
+        probabilities = self.model.probabilities([features for _, features in ready])
+        for (index, features), p in zip(ready, probabilities, strict=True):
+            confidence = [round(float(v), 4) for v in p]
+            top = float(p[features.chars > 0].max()) if (features.chars > 0).any() else 0.0
+            if top < self.min_confidence:
+                results[index] = Labels(
+                    main=None,
+                    failure=f"low confidence: no block above {self.min_confidence:g} (best {top:.2f})",
+                    confidence=confidence,
+                )
+                continue
+            main = finish_labels(p, features.chars, self.threshold)
+            results[index] = Labels(main=main, confidence=confidence)
+        return [result for result in results if result is not None]

