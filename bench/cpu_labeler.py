@@ -54,7 +54,9 @@ def _records(paths: Sequence[Path], limit: int | None) -> list[dict]:
             for count, line in enumerate(lines):
                 if limit and count >= limit:
                     break
-                records.append(json.loads(line))
+                record = json.loads(line)
+                record["_file"] = path.name.split(".")[0]  # the data file, a report group
+                records.append(record)
     return records
 
 
@@ -185,7 +187,11 @@ def _score_chunk(records: list[dict], pages) -> list:
     results = []
     for index, page in enumerate(pages):
         prepared = prepare_ground_truth(page.ground_truth, page.with_snippets, page.without_snippets)
-        groups = {"source": page.group_value("source"), "page_type": page.group_value("page_type")}
+        groups = {
+            "file": records[index]["_file"],
+            "source": page.group_value("source"),
+            "page_type": page.group_value("page_type"),
+        }
         for outcome in [outcomes[index], *(per_page[index] for per_page in baseline_outcomes)]:
             for row, text in outcome.outputs.items():
                 scores = score_page(text, prepared)
@@ -260,7 +266,7 @@ def run_quality(args: argparse.Namespace) -> int:
             "seed": args.seed,
         },
         "wall_seconds": time.perf_counter() - started,
-        "rows": {row: _row_summary(stats, ("source", "page_type")) for row, stats in totals.items()},
+        "rows": {row: _row_summary(stats, ("file", "source", "page_type")) for row, stats in totals.items()},
     }
     print(format_report(summary))
     print(f"\nwall time {summary['wall_seconds']:.0f} s")

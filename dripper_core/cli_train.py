@@ -71,6 +71,15 @@ def add_train_labeler_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument(
         "--limit", type=int, default=None, help="read at most N records per file (for trials)"
     )
+    parser.add_argument(
+        "--threshold", type=float, default=0.5, help="the model's decision threshold (default 0.5)"
+    )
+    parser.add_argument(
+        "--min-confidence",
+        type=float,
+        default=0.7,
+        help="pages where no block reaches this probability go to the fallback (default 0.7)",
+    )
     parser.add_argument("--report", default=None, help="also write the training report as JSON here")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
     parser.set_defaults(handler=run_train_labeler)
@@ -88,7 +97,16 @@ def run_train_labeler(args: argparse.Namespace) -> int:
         print(f"error: no such file: {', '.join(missing)}", file=sys.stderr)
         return 2
     excluded = {str(record.get("id")) for path in args.exclude_pages for record in iter_records(path)}
-    params = TrainParams(threads=args.threads, backend=args.backend)
+    for flag, value in (("--threshold", args.threshold), ("--min-confidence", args.min_confidence)):
+        if not 0.0 <= value < 1.0 or (flag == "--threshold" and value == 0.0):
+            print(f"error: {flag} {value}: need a probability in (0, 1)", file=sys.stderr)
+            return 2
+    params = TrainParams(
+        threads=args.threads,
+        backend=args.backend,
+        threshold=args.threshold,
+        min_confidence=args.min_confidence,
+    )
     if args.rounds is not None:
         if args.rounds < 1:
             print(f"error: --rounds {args.rounds}: need at least 1", file=sys.stderr)

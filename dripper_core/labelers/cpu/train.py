@@ -310,6 +310,8 @@ class TrainParams:
         two_stage: Train the second (context) stage.
         threads: Threads per fit.
         backend: ``lightgbm``, ``sklearn`` or ``auto`` (LightGBM when installed).
+        threshold: The model's decision threshold (a block is main at or above it).
+        min_confidence: The model declines pages where no block reaches this probability.
     """
 
     rounds: int = 150
@@ -325,6 +327,8 @@ class TrainParams:
     two_stage: bool = True
     threads: int = 2
     backend: str = "auto"
+    threshold: float = 0.5
+    min_confidence: float = 0.7
 
     def resolved_backend(self) -> str:
         if self.backend != "auto":
@@ -588,7 +592,7 @@ def cross_validate(
     for f in range(k):
         stage1 = without[frozenset([f])]
         if not params.two_stage:
-            models.append(CpuModel(stage1, None))
+            models.append(CpuModel(stage1, None, params.threshold, params.min_confidence))
             probabilities.update({i: stage1_test[i] for i in members[f]})
             continue
         inner: dict[int, np.ndarray] = {}
@@ -604,7 +608,7 @@ def cross_validate(
         _log(f"fold {f + 1}/{k}: stage 2", quiet)
         training = everything[fold_of != f]
         stage2 = fit_ensemble(*_stack(pages, training, params, inner), params, seed)
-        model = CpuModel(stage1, stage2)
+        model = CpuModel(stage1, stage2, params.threshold, params.min_confidence)
         models.append(model)
         for index in members[f]:
             page = pages[index]
@@ -639,8 +643,9 @@ def fit_model(
     everything = np.arange(len(pages))
     _log(f"stage 1 on all {len(pages)} pages", quiet)
     stage1 = fit_ensemble(*_stack(pages, everything, params), params, seed)
+    decision = {"threshold": params.threshold, "min_confidence": params.min_confidence}
     if not params.two_stage:
-        return CpuModel(stage1, None)
+        return CpuModel(stage1, None, **decision)
     if stage1_oof is None:
         fold_of = assign_folds(pages, folds, seed, "site")
         oof: dict[int, np.ndarray] = {}
@@ -651,7 +656,7 @@ def fit_model(
         stage1_oof = [oof[i] for i in everything]
     _log("stage 2 on all pages", quiet)
     stage2 = fit_ensemble(*_stack(pages, everything, params, dict(enumerate(stage1_oof))), params, seed)
-    return CpuModel(stage1, stage2)
+    return CpuModel(stage1, stage2, **decision)
 
 
 # -- block-level scores -----------------------------------------------------------------------------------
