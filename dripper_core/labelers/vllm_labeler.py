@@ -146,26 +146,28 @@ class VLLMLabeler(BlockLabeler):
 
 @contextmanager
 def _hide_attributes_that_raise() -> Iterator[None]:
-    """Take out of every loaded module, while vLLM starts, the attributes that raise on ``hasattr``.
+    """Take out of ``sys.modules``, while vLLM starts, the modules holding attributes that raise on ``hasattr``.
 
-    vLLM's CPU platform rebinds Triton kernels by scanning every module attribute with
-    ``hasattr(value, "__dict__")``. An unbound werkzeug ``LocalProxy`` (``flask.current_app``, loaded with
-    Airflow) raises ``RuntimeError`` there, not ``AttributeError``, and the engine fails to start inside an
-    Airflow worker or after Airflow was imported. They are put back afterwards.
+    vLLM's CPU platform rebinds Triton kernels by scanning every loaded module's attributes with
+    ``hasattr(value, "__dict__")``. An unbound werkzeug ``LocalProxy`` (``flask.request``, loaded with
+    Airflow) raises ``RuntimeError`` there, not ``AttributeError``, so the engine failed to start inside an
+    Airflow worker or after Airflow was imported. The modules themselves are left intact (code that uses
+    them keeps working) and put back afterwards.
     """
-    hidden: list[tuple[dict, str, Any]] = []
-    for module in list(sys.modules.values()):
+    hidden: dict[str, Any] = {}
+    for name, module in list(sys.modules.items()):
         namespace = getattr(module, "__dict__", None)
         if not isinstance(namespace, dict):
             continue
-        for name, value in list(namespace.items()):
+        for value in list(namespace.values()):
             try:
                 hasattr(value, "__dict__")
             except Exception:
-                hidden.append((namespace, name, value))
-                del namespace[name]
+                hidden[name] = module
+                break
+    for name in hidden:
+        del sys.modules[name]
     try:
         yield
     finally:
-        for namespace, name, value in hidden:
-            namespace.setdefault(name, value)
+        sys.modules.update(hidden)

