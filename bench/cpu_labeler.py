@@ -118,13 +118,6 @@ def run_speed(args: argparse.Namespace) -> int:
     return 0
 
 
-def _key_value(text: str) -> tuple[str, float]:
-    key, sep, value = text.partition("=")
-    if not sep:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected KEY=VALUE")
-    return key, float(value)
-
-
 # -- quality ----------------------------------------------------------------------------------------------
 
 _worker: dict = {}
@@ -303,7 +296,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     quality.add_argument("--load-cv", type=Path, default=None, help="fold models from --save-cv: no refit")
     quality.add_argument(
         "--labeler-option",
-        type=_key_value,
         action="append",
         default=[],
         metavar="KEY=VALUE",
@@ -314,7 +306,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     quality.set_defaults(handler=run_quality)
     args = parser.parse_args(argv)
     if args.mode == "quality":
-        args.labeler_option = dict(args.labeler_option)
+        from dripper_core.cli import parse_key_values
+
+        args.labeler_option = parse_key_values(args.labeler_option, "--labeler-option")
     return args.handler(args)
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 TRAIN_DESCRIPTION = """Train the CPU labeler (two-stage gradient-boosted trees over block features).
@@ -97,21 +96,18 @@ def run_train_labeler(args: argparse.Namespace) -> int:
         print(f"error: no such file: {', '.join(missing)}", file=sys.stderr)
         return 2
     excluded = {str(record.get("id")) for path in args.exclude_pages for record in iter_records(path)}
-    for flag, value in (("--threshold", args.threshold), ("--min-confidence", args.min_confidence)):
-        if not 0.0 <= value < 1.0 or (flag == "--threshold" and value == 0.0):
-            print(f"error: {flag} {value}: need a probability in (0, 1)", file=sys.stderr)
-            return 2
-    params = TrainParams(
-        threads=args.threads,
-        backend=args.backend,
-        threshold=args.threshold,
-        min_confidence=args.min_confidence,
-    )
-    if args.rounds is not None:
-        if args.rounds < 1:
-            print(f"error: --rounds {args.rounds}: need at least 1", file=sys.stderr)
-            return 2
-        params = replace(params, rounds=args.rounds)
+    overrides = {} if args.rounds is None else {"rounds": args.rounds}
+    try:
+        params = TrainParams(
+            threads=args.threads,
+            backend=args.backend,
+            threshold=args.threshold,
+            min_confidence=args.min_confidence,
+            **overrides,
+        )
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     try:
         _, report = train_labeler(
             args.data,

@@ -88,7 +88,7 @@ class VLLMLabeler(BlockLabeler):
         self.format = fmt
         self.logprobs = logprobs
         self.token_bytes = local.token_bytes()
-        with _hide_attributes_that_raise():
+        with _modules_with_raising_attributes_hidden():
             self.llm = LLM(
                 model=str(local.folder),
                 tokenizer=str(local.folder),
@@ -151,7 +151,7 @@ class VLLMLabeler(BlockLabeler):
 
 
 @contextmanager
-def _hide_attributes_that_raise() -> Iterator[None]:
+def _modules_with_raising_attributes_hidden() -> Iterator[None]:
     """Take out of ``sys.modules``, while vLLM starts, the modules holding attributes that raise on ``hasattr``.
 
     vLLM's CPU platform rebinds Triton kernels by scanning every loaded module's attributes with

@@ -330,6 +330,14 @@ class TrainParams:
     threshold: float = 0.5
     min_confidence: float = 0.7
 
+    def __post_init__(self) -> None:
+        if self.rounds < 1:
+            raise ValueError(f"rounds {self.rounds}: need at least 1")
+        if not 0.0 < self.threshold < 1.0:
+            raise ValueError(f"threshold {self.threshold}: need a probability in (0, 1)")
+        if not 0.0 <= self.min_confidence < 1.0:
+            raise ValueError(f"min_confidence {self.min_confidence}: need a probability in [0, 1)")
+
     def resolved_backend(self) -> str:
         if self.backend != "auto":
             return self.backend
