@@ -123,6 +123,23 @@ class TriggerForm:
         self.driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", element)
         return element
 
+    def click(self, element) -> None:
+        """Click once nothing covers the element: an accordion that is still opening, or a layout shift,
+        can put another element over it for a moment, which Chromium reports as an intercepted click."""
+        from selenium.common.exceptions import (
+            ElementClickInterceptedException,
+            ElementNotInteractableException,
+        )
+
+        def clicked(_driver) -> bool:
+            try:
+                self._scroll_to(element).click()
+            except (ElementClickInterceptedException, ElementNotInteractableException):
+                return False
+            return True
+
+        self.wait.until(clicked)
+
     def open_section(self, title: str) -> None:
         from selenium.webdriver.common.by import By
 
@@ -130,7 +147,7 @@ class TriggerForm:
             By.CSS_SELECTOR, f"[data-part=item-trigger][id$=':trigger:{title}']"
         )
         if toggle.get_attribute("aria-expanded") != "true":
-            self._scroll_to(toggle).click()
+            self.click(toggle)
 
     def field(self, name: str):
         from selenium.common.exceptions import NoSuchElementException
@@ -156,8 +173,7 @@ class TriggerForm:
         from selenium.webdriver.common.keys import Keys
         from selenium.webdriver.support import expected_conditions as EC
 
-        self._scroll_to(element)
-        self.wait.until(EC.element_to_be_clickable(element)).click()
+        self.click(self.wait.until(EC.element_to_be_clickable(element)))
         element.send_keys(Keys.CONTROL, "a")
         element.send_keys(Keys.BACKSPACE)
         element.send_keys(str(value))
@@ -200,16 +216,18 @@ def test_corpus_build_triggered_from_the_ui_in_chromium(chromium, airflow_server
     wait = WebDriverWait(browser, 60)
     screenshots = Screenshots(browser, tmp_path)
     run_id = f"browser__{time.strftime('%Y%m%dT%H%M%S')}"
+    form = TriggerForm(browser, wait)
     try:
         # Log in: the UI sends us to its login page and back to the DAG.
         browser.get(f"{airflow_server.url}/dags/{airflow_demo.DAG_ID}")
         wait.until(EC.presence_of_element_located((By.NAME, "username"))).send_keys("admin")
         browser.find_element(By.NAME, "password").send_keys(airflow_server.password)
-        wait.until(EC.element_to_be_clickable((By.CSS_SELECTOR, "button[type=submit]"))).click()
+        form.click(wait.until(EC.element_to_be_clickable((By.CSS_SELECTOR, "button[type=submit]"))))
         wait.until(EC.url_contains(f"/dags/{airflow_demo.DAG_ID}"))
 
-        wait.until(EC.element_to_be_clickable((By.CSS_SELECTOR, "[data-testid=trigger-dag-button]"))).click()
-        form = TriggerForm(browser, wait)
+        form.click(
+            wait.until(EC.element_to_be_clickable((By.CSS_SELECTOR, "[data-testid=trigger-dag-button]")))
+        )
         wait.until(EC.presence_of_element_located((By.CSS_SELECTOR, "[id$=':trigger:WARC selection']")))
         form.open_section("WARC selection")
         form.fill("warc_count", SMALL_BUILD["warc_count"])
@@ -225,7 +243,9 @@ def test_corpus_build_triggered_from_the_ui_in_chromium(chromium, airflow_server
         form.open_section("advancedOptions")
         form.fill_run_id(run_id)
         screenshots.save("corpus_build_trigger_form")
-        wait.until(EC.element_to_be_clickable((By.CSS_SELECTOR, "[data-testid=trigger-dag-submit]"))).click()
+        form.click(
+            wait.until(EC.element_to_be_clickable((By.CSS_SELECTOR, "[data-testid=trigger-dag-submit]")))
+        )
 
         # The UI goes to the new run's page, which refreshes itself while the run is live.
         wait.until(EC.url_contains(f"/runs/{run_id}"))
