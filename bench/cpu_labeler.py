@@ -214,7 +214,7 @@ def run_quality(args: argparse.Namespace) -> int:
         with gzip.open(args.load_cv, "rb") as cached:
             cv = pickle.load(cached)  # noqa: S301
     else:
-        params = TrainParams(threads=args.threads)
+        params = TrainParams(**{"threads": args.threads, **args.train_param})
         cv = cross_validate(training.pages, params, folds=args.folds, seed=args.seed, by=args.by)
     if args.save_cv:
         with gzip.open(args.save_cv, "wb") as cache:
@@ -257,6 +257,8 @@ def run_quality(args: argparse.Namespace) -> int:
             "by": args.by,
             "folds": args.folds,
             "seed": args.seed,
+            "train_params": args.train_param,
+            "labeler_options": args.labeler_option,
         },
         "wall_seconds": time.perf_counter() - started,
         "rows": {row: _row_summary(stats, ("file", "source", "page_type")) for row, stats in totals.items()},
@@ -301,6 +303,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="KEY=VALUE",
         help="CpuLabeler option for the fold models (threshold, min_confidence)",
     )
+    quality.add_argument(
+        "--train-param",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="TrainParams field for the fold models (rounds, learning_rate, num_leaves, ...)",
+    )
     quality.add_argument("--out", type=Path, default=None, help="write the summary as JSON here")
     quality.add_argument("--pages-out", type=Path, default=None, help="write per-page scores as JSONL here")
     quality.set_defaults(handler=run_quality)
@@ -309,6 +318,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from dripper_core.cli import parse_key_values
 
         args.labeler_option = parse_key_values(args.labeler_option, "--labeler-option")
+        args.train_param = parse_key_values(args.train_param, "--train-param")
     return args.handler(args)
 
 

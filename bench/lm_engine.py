@@ -79,13 +79,16 @@ def prepare(source: Path, context: int, calls_file: Path, limit: int = 0) -> dic
         for index, line in enumerate(lines):
             if limit and index >= limit:
                 break
-            html = json.loads(line)["html"]
-            page = simplify_html(html, str(index), None, SimplifyOptions(block_text=False))
+            record = json.loads(line)
+            html = record["html"]
+            page = simplify_html(html, str(index), None, SimplifyOptions(block_text=True))
             raw_tokens += len(tokenizer(html, add_special_tokens=False, verbose=False)["input_ids"])
             simplified_tokens += len(tokenizer(page.simplified_html, add_special_tokens=False)["input_ids"])
             if page.n_blocks:
-                requests.append(LabelRequest(Page(str(index), ""), page))
+                ground_truth = record.get("ground_truth_text") or None
+                requests.append(LabelRequest(Page(str(index), "", ground_truth=ground_truth), page))
     planned = {size: planner.plan(requests) for size, planner in planners.items()}
+    oracle, drafts = page_labels(requests)
     lengths = planners[context].stats.prompt_lengths  # the whole-page prompt of every labellable page
     stats = {
         "source": source.name,
@@ -113,7 +116,10 @@ def prepare(source: Path, context: int, calls_file: Path, limit: int = 0) -> dic
                 "calls": [
                     {
                         "page": call.page,
+                        "first_block": call.first_block,
                         "n_blocks": call.n_blocks,
+                        "oracle": _window(oracle[call.page], call),
+                        "cpu_draft": _window(drafts[call.page], call),
                         "prompt_ids": call.prompt_ids,
                         "regex": call.regex,
                         "max_tokens": call.max_tokens,
@@ -123,18 +129,54 @@ def prepare(source: Path, context: int, calls_file: Path, limit: int = 0) -> dic
             },
             out,
         )
+    stats["pages_with_oracle_labels"] = sum(labels is not None for labels in oracle)
     stats["calls_file"] = str(calls_file)
     stats["context"] = context
     stats["calls"] = len(calls)
     return stats
 
 
-def load_calls(calls_file: Path, pages: int, max_prompt_tokens: int) -> tuple[dict, list]:
+def page_labels(requests) -> tuple[list[list[bool] | None], list[list[bool] | None]]:
+    """Per page: the ``oracle`` labels (full-text ground truth only; training targets for ``--train-steps``)
+    and the ``cpu`` labeler's labels (drafts for ``speculation=draft``); ``None`` where there are none."""
+    from dripper_core.labelers import build_labeler
+
+    def main_or_none(labels) -> list[bool] | None:
+        return list(labels.main) if labels.main is not None else None
+
+    oracle = [main_or_none(labels) for labels in build_labeler("oracle").label_batch(requests)]
+    drafts = [main_or_none(labels) for labels in build_labeler("cpu").label_batch(requests)]
+    return oracle, drafts
+
+
+def _window(labels: list[bool] | None, call) -> list[bool] | None:
+    return labels[call.first_block : call.first_block + call.n_blocks] if labels is not None else None
+
+
+@dataclasses.dataclass
+class BenchCalls:
+    """The prepared calls: those benchmarked and the rest (training data for ``--train-steps``).
+
+    ``drafts`` and ``oracle`` run parallel to ``calls``: the CPU labeler's and the oracle's labels of each
+    call's blocks (``None`` where a page has none).
+    """
+
+    source: str
+    context: int
+    calls: list
+    drafts: list
+    oracle: list
+    held_out: list[dict]
+
+
+def load_calls(calls_file: Path, pages: int, max_prompt_tokens: int) -> BenchCalls:
     """The prepared calls as :class:`LMCall`, the first ``pages`` pages whose windows all fit the limit."""
     from dripper_core.labelers.lm_common import LMCall
 
     with gzip.open(calls_file, "rt", encoding="utf-8") as lines:
         bundle = json.load(lines)
+    if "first_block" not in bundle["calls"][0]:
+        raise SystemExit(f"{calls_file} predates oracle labels and drafts: run --prepare again")
     longest: dict[int, int] = {}
     for call in bundle["calls"]:
         longest[call["page"]] = max(longest.get(call["page"], 0), len(call["prompt_ids"]))
@@ -142,12 +184,20 @@ def load_calls(calls_file: Path, pages: int, max_prompt_tokens: int) -> tuple[di
         page for page, length in longest.items() if not max_prompt_tokens or length <= max_prompt_tokens
     )
     keep = set(keep[:pages] if pages else keep)
-    calls = [
-        LMCall(c["page"], 0, c["n_blocks"], "", c["prompt_ids"], c["regex"], c["max_tokens"])
-        for c in bundle["calls"]
-        if c["page"] in keep
-    ]
-    return bundle, calls
+    chosen = [c for c in bundle["calls"] if c["page"] in keep]
+    return BenchCalls(
+        source=bundle["source"],
+        context=bundle["context"],
+        calls=[
+            LMCall(
+                c["page"], c["first_block"], c["n_blocks"], "", c["prompt_ids"], c["regex"], c["max_tokens"]
+            )
+            for c in chosen
+        ],
+        drafts=[c["cpu_draft"] for c in chosen],
+        oracle=[c["oracle"] for c in chosen],
+        held_out=[c for c in bundle["calls"] if c["page"] not in keep],
+    )
 
 
 # -- step 2: engines ----------------------------------------------------------------------------------
@@ -175,6 +225,62 @@ def build_model(tiny: bool, device: str, digit_scale: float):
     # Whole-word labels, as a trained labeler writes them; how often they switch follows digit_scale.
     shape_label_preferences(model, tokenizer, partial_labels=False, digit_scale=digit_scale)
     return model, tokenizer
+
+
+def train_on_oracle(model, tokenizer, examples: list[dict], steps: int, max_tokens: int, device: str) -> dict:
+    """A few steps of teacher forcing on oracle answers, so the model labels like a labeler: in runs.
+
+    A random model's labels switch at random; a trained labeler's follow the page, where main content comes
+    in long runs of blocks. That is what speculation gains from, so the CPU run trains the tiny model
+    briefly on pages that are not benchmarked (``examples``: prepared calls with oracle labels). The loss
+    is on answer tokens only; the LM head runs on those positions only.
+    """
+    import random
+
+    import torch
+
+    from dripper_core.prompt import answer_format
+
+    answers = answer_format("compact")
+    pool = [c for c in examples if c["oracle"] is not None and len(c["prompt_ids"]) <= max_tokens]
+    if not pool:
+        raise SystemExit("--train-steps: no held-out calls with oracle labels (prepare from dev pages)")
+    stop = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    # Most blocks are "other": without weighting, a few steps teach the tiny model to say "other" always.
+    main_token = tokenizer.convert_tokens_to_ids("main")
+    main_share = sum(sum(c["oracle"]) for c in pool) / sum(len(c["oracle"]) for c in pool)
+    main_weight = min((1 - main_share) / max(main_share, 1e-6), 20.0)
+    rng = random.Random(0)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.0)
+    model.train()
+    losses = []
+    started = time.perf_counter()
+    for _ in range(steps):
+        call = rng.choice(pool)
+        answer = tokenizer(answers.format_labels(call["oracle"]), add_special_tokens=False)["input_ids"]
+        ids = torch.tensor([call["prompt_ids"] + answer + [stop]], device=device)
+        start = len(call["prompt_ids"]) - 1  # the position that predicts the first answer token
+        hidden = model.model(input_ids=ids).last_hidden_state[0, start:-1]
+        targets = ids[0, start + 1 :]
+        weights = torch.where(targets == main_token, main_weight, 1.0)
+        token_losses = torch.nn.functional.cross_entropy(
+            model.lm_head(hidden).float(), targets, reduction="none"
+        )
+        loss = (token_losses * weights).sum() / weights.sum()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    model.eval()
+    tail = losses[-max(len(losses) // 10, 1) :]
+    return {
+        "trained_steps": steps,
+        "training_pool_calls": len(pool),
+        "main_label_weight": round(main_weight, 2),
+        "first_loss": round(losses[0], 3),
+        "final_loss": round(statistics.mean(tail), 3),
+        "training_seconds": round(time.perf_counter() - started, 1),
+    }
 
 
 def flops_per_token(config, context: float) -> float:
@@ -242,17 +348,22 @@ def vocabulary_for(tokenizer, model):
     return TokenVocabulary(token_bytes_table(tokenizer, model.config.vocab_size), stop_token_ids(tokenizer))
 
 
-def run_torch_engine(model, vocabulary, calls, speculation: str, max_batch: int, device: str, peak):
+def run_torch_engine(
+    model, vocabulary, bench: BenchCalls, speculation: str, max_batch: int, device: str, peak
+):
     """Our engine on every call, after a warm-up on two; returns the answer tokens (stop ids dropped)."""
     from dripper_core.labelers.torch_decoder import ConstrainedDecoder, EngineOptions
     from dripper_core.prompt import answer_format
 
+    calls = bench.calls
+    drafts = bench.drafts if speculation == "draft" else None
     options = EngineOptions(speculation=speculation, max_batch=max_batch)
     engine = ConstrainedDecoder(model, vocabulary, answer_format("compact"), options)
     engine.run(calls[:2])  # warm-up: kernels, allocator
     engine.stats = type(engine.stats)()
     with Timer(device) as timer:
-        answers = engine.run(calls)
+        answers = engine.run(calls, drafts)
+    labels = [_labels(answer, call) for answer, call in zip(answers, calls, strict=True)]
     stats = engine.stats
     pages = len({call.page for call in calls})
     report(
@@ -266,6 +377,9 @@ def run_torch_engine(model, vocabulary, calls, speculation: str, max_batch: int,
         batched_steps=stats.forward_passes,
         decisions_per_page=round(stats.decisions / pages, 1),
         main_share=round(_main_share(answers), 3),
+        label_runs_per_page=round(sum(_runs(blocks) for blocks in labels) / pages, 1),
+        oracle_agreement=_agreement_share(labels, bench.oracle),
+        draft_agreement=_agreement_share(labels, drafts) if drafts is not None else None,
         draft_acceptance=round(stats.accepted_draft_tokens / max(stats.draft_tokens, 1), 3),
         failures=sum(answer.failure is not None for answer in answers),
     )
@@ -366,6 +480,43 @@ def _main_share(answers) -> float:
     return text.count("main") / max(text.count("main") + text.count("other"), 1)
 
 
+def _labels(answer, call) -> list[bool] | None:
+    from dripper_core.prompt import AnswerParseError, answer_format
+
+    try:
+        return answer_format("compact").parse(answer.text, call.n_blocks) if answer.failure is None else None
+    except AnswerParseError:
+        return None
+
+
+def _runs(labels: list[bool] | None) -> int:
+    """Runs of equal labels (1 + label switches)."""
+    return 1 + sum(a != b for a, b in zip(labels, labels[1:], strict=False)) if labels else 0
+
+
+def _runs_per_page(calls, labels: list) -> float | None:
+    """Mean runs of equal labels per page, over the pages whose every call has ``labels``."""
+    runs: dict[int, int] = {}
+    missing = set()
+    for call, blocks in zip(calls, labels, strict=True):
+        if blocks is None:
+            missing.add(call.page)
+        runs[call.page] = runs.get(call.page, 0) + _runs(blocks)
+    kept = [count for page, count in runs.items() if page not in missing]
+    return round(sum(kept) / len(kept), 1) if kept else None
+
+
+def _agreement_share(labels: list, reference: list) -> float | None:
+    """Share of blocks whose label equals ``reference``'s, over calls where both exist."""
+    pairs = [
+        (a, b)
+        for mine, theirs in zip(labels, reference, strict=True)
+        if mine is not None and theirs is not None
+        for a, b in zip(mine, theirs, strict=True)
+    ]
+    return round(sum(a == b for a, b in pairs) / len(pairs), 3) if pairs else None
+
+
 def _without_stops(tokens: list[int], vocabulary) -> list[int]:
     return [token for token in tokens if token not in vocabulary.stop_ids]
 
@@ -405,6 +556,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--threads", type=int, default=0, help="torch CPU threads (0: torch's default; 1 on a shared machine)"
     )
+    parser.add_argument(
+        "--train-steps",
+        type=int,
+        default=0,
+        help="first train the model this many steps on oracle answers of pages not benchmarked (CPU: 300)",
+    )
+    parser.add_argument(
+        "--train-max-tokens", type=int, default=4096, help="--train-steps: longest training prompt"
+    )
     parser.add_argument("--no-vllm", action="store_true", help="skip vLLM even where it is installed")
     parser.add_argument("--output", type=Path, help="also append the result lines to this file")
     args = parser.parse_args(argv)
@@ -427,18 +587,22 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
     peak = next((flops for key, flops in PEAK_FLOPS.items() if key in name), None)
-    bundle, calls = load_calls(args.calls, args.pages, args.max_prompt_tokens)
+    bench = load_calls(args.calls, args.pages, args.max_prompt_tokens)
+    calls = bench.calls
     pages = sorted({call.page for call in calls})
     emit(
         {
             "device": name,
             "torch": torch.__version__,
             "threads": torch.get_num_threads(),
-            "source": bundle["source"],
-            "context": bundle["context"],
+            "source": bench.source,
+            "context": bench.context,
             "pages": len(pages),
             "calls": len(calls),
             "prompt_tokens_per_page": round(sum(len(c.prompt_ids) for c in calls) / max(len(pages), 1)),
+            # How a good labeler's labels run on these pages (speculation's best case), for reference.
+            "oracle_label_runs_per_page": _runs_per_page(calls, bench.oracle),
+            "cpu_labeler_runs_per_page": _runs_per_page(calls, bench.drafts),
         }
     )
     started = time.perf_counter()
@@ -451,16 +615,23 @@ def main(argv: list[str] | None = None) -> int:
             "dtype": str(next(model.parameters()).dtype),
         }
     )
+    if args.train_steps:
+        emit(
+            train_on_oracle(model, tokenizer, bench.held_out, args.train_steps, args.train_max_tokens, device)
+        )
     with torch.inference_mode():
-        speculative = run_torch_engine(model, vocabulary, calls, "previous", args.max_batch, device, peak)
-        plain = run_torch_engine(model, vocabulary, calls, "none", args.max_batch, device, peak)
+        speculative = run_torch_engine(model, vocabulary, bench, "previous", args.max_batch, device, peak)
+        plain = run_torch_engine(model, vocabulary, bench, "none", args.max_batch, device, peak)
         agreement("torch (speculation=none)", speculative, plain)
+        if any(draft is not None for draft in bench.drafts):
+            drafted = run_torch_engine(model, vocabulary, bench, "draft", args.max_batch, device, peak)
+            agreement("torch (speculation=draft)", speculative, drafted)
         chosen = [i for i, call in enumerate(calls) if call.page in set(pages[: args.plain_pages])]
         if chosen:
             generated = run_plain_generate(model, vocabulary, [calls[i] for i in chosen], device, peak)
             agreement("transformers generate + constraint", [speculative[i] for i in chosen], generated)
     if not args.no_vllm:
-        served = run_vllm(model, tokenizer, vocabulary, calls, bundle["context"], device, peak)
+        served = run_vllm(model, tokenizer, vocabulary, calls, bench.context, device, peak)
         agreement("vllm (offline engine)", speculative, served)
     return 0
 

@@ -118,22 +118,33 @@ def test_registered_and_usable_in_the_pipeline(torch_labeler, agreement_requests
     assert result.labels is not None and len(result.labels) == agreement_requests[-1].simplified.n_blocks
 
 
-def test_engine_benchmark_cpu_path(capsys, tmp_path, tiny_model_dir):  # tiny_model_dir: skips without .cache
-    """``bench/lm_engine.py --tiny``: the GPU script's own path on CPU, prompts prepared from 2 sample pages."""
+def _load_bench():
+    """``bench/lm_engine.py`` as a module (registered, as its dataclasses need)."""
     import importlib.util
+    import sys
 
-    from tests.conftest import SAMPLE_PAGES
     from tests.dripper_core.labelers.conftest import REPO
 
-    spec = importlib.util.spec_from_file_location("lm_engine", REPO / "bench" / "lm_engine.py")
+    spec = importlib.util.spec_from_file_location("lm_engine_bench", REPO / "bench" / "lm_engine.py")
     bench = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = bench
     spec.loader.exec_module(bench)
+    return bench
+
+
+def test_engine_benchmark_cpu_path(capsys, tmp_path, tiny_model_dir):  # tiny_model_dir: skips without .cache
+    """``bench/lm_engine.py --tiny``: the GPU script's own path on CPU, prompts prepared from 2 sample pages."""
+    from tests.conftest import SAMPLE_PAGES
+
+    bench = _load_bench()
     calls = tmp_path / "calls.json.gz"
     options = ["--calls", str(calls), "--source", str(SAMPLE_PAGES), "--source-limit", "2"]
     options += ["--context", "4096", "--tiny", "--plain-pages", "1", "--no-vllm"]
     assert bench.main(options) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
     assert lines[0]["prompt_statistics"]["pages"] == 2 and calls.exists()
+    assert lines[0]["prompt_statistics"]["pages_with_oracle_labels"] == 2
+    assert lines[1]["oracle_label_runs_per_page"] >= 1
     engines = {line["engine"]: line for line in lines if "engine" in line}
     fast, slow = engines["torch (speculation=previous)"], engines["torch (speculation=none)"]
     assert fast["failures"] == slow["failures"] == 0
@@ -151,3 +162,27 @@ def test_engine_benchmark_cpu_path(capsys, tmp_path, tiny_model_dir):  # tiny_mo
     assert same == total and int(total) >= 2
     same, total = agreed["transformers generate + constraint"].split("/")
     assert same == total and int(total) >= 1
+    # Drafts from the CPU labeler: the same answers (lossless), whatever share of the drafts holds.
+    drafted = engines["torch (speculation=draft)"]
+    assert drafted["failures"] == 0 and drafted["draft_agreement"] is not None
+    same, total = agreed["torch (speculation=draft)"].split("/")
+    assert same == total and int(total) >= 2
+
+
+def test_engine_benchmark_trains_on_pages_it_does_not_benchmark(capsys, tmp_path, tiny_model_dir):
+    """``--train-steps``: teacher forcing on the oracle answers of pages outside ``--pages`` lowers the loss."""
+    from tests.conftest import SAMPLE_PAGES
+
+    bench = _load_bench()
+    calls = tmp_path / "calls.json.gz"
+    options = ["--calls", str(calls), "--source", str(SAMPLE_PAGES), "--source-limit", "3"]
+    options += ["--context", "4096", "--prepare"]
+    assert bench.main(options) == 0
+    options = ["--calls", str(calls), "--tiny", "--pages", "1", "--plain-pages", "0", "--no-vllm"]
+    assert bench.main([*options, "--train-steps", "8", "--train-max-tokens", "4096"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    (trained,) = [line for line in lines if "trained_steps" in line]
+    assert trained["trained_steps"] == 8 and trained["training_pool_calls"] >= 1
+    assert trained["final_loss"] < trained["first_loss"]
+    benchmarked = [line for line in lines if "engine" in line]
+    assert benchmarked and all(line["pages"] == 1 for line in benchmarked)
