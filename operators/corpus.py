@@ -306,6 +306,7 @@ class TokenizeOperator(StorageOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         from dripper_core.io.storage import join_path
+        from dripper_core.refine.tokenize import tokenize_corpus
 
         if not self.tokenizer:
             raise AirflowSkipException(
@@ -328,86 +329,6 @@ class TokenizeOperator(StorageOperator):
             "tokenizer": summary["tokenizer"],
             "megatron_data_path": summary["megatron_data_path"],
         }
-
-
-def tokenize_corpus(
-    corpus_dir: str,
-    tokens_dir: str,
-    tokenizer: str,
-    eos_token: str | None = "<|endoftext|>",
-    *,
-    storage_options: dict[str, Any] | None = None,
-    force: bool = False,
-    log: Any = None,
-) -> dict[str, Any]:
-    """``corpus/part-X.parquet`` → ``tokens/part-X.bin/.idx`` (+ ``part-X.done``) and ``tokens/_summary.json``.
-
-    The building blocks are ``dripper_core.refine.tokenize``'s (the same writer and summary the refinement's
-    own tokenize step uses); this loop only makes tokenization a step of its own, resumable per file.
-    """
-    import json
-    import posixpath
-
-    import pyarrow.parquet as pq
-    from datatrove.data import Document
-
-    from dripper_core.io.storage import filesystem_for
-    from dripper_core.refine.tokenize import MegatronTokenWriter, check_tokenizer, write_tokens_summary
-
-    info = check_tokenizer(tokenizer, eos_token)
-    corpus_fs, corpus_path = filesystem_for(corpus_dir, storage_options)
-    tokens_fs, tokens_path = filesystem_for(tokens_dir, storage_options)
-    tokens_path = tokens_path.rstrip("/")
-    summary_path = posixpath.join(tokens_path, "_summary.json")
-    if tokens_fs.exists(summary_path) or tokens_fs.exists(tokens_path):
-        previous = None
-        if tokens_fs.exists(summary_path):
-            with tokens_fs.open(summary_path, "rb") as f:
-                previous = json.loads(f.read())
-        same = previous is None or (
-            previous.get("tokenizer") == info["tokenizer"] and previous.get("eos_token") == info["eos_token"]
-        )
-        if force or not same:
-            if not force:
-                raise ValueError(
-                    f"{tokens_dir} holds tokens of {previous.get('tokenizer')}; tokenizing with "
-                    f"{info['tokenizer']} would mix two vocabularies: set force to start over"
-                )
-            tokens_fs.rm(tokens_path, recursive=True)
-    tokens_fs.makedirs(tokens_path, exist_ok=True)
-    corpus_fs.invalidate_cache(corpus_path)
-    files = sorted(p for p in corpus_fs.glob(posixpath.join(corpus_path.rstrip("/"), "*.parquet")))
-    output = tokens_path if storage_options is None else (tokens_path, tokens_fs)
-    writer = MegatronTokenWriter(output, tokenizer, eos_token)
-    for source in files:
-        name = posixpath.basename(source).removesuffix(".parquet")
-        done = posixpath.join(tokens_path, f"{name}.done")
-        if tokens_fs.exists(done):
-            continue
-        started = time.perf_counter()
-
-        def documents(source: str = source) -> Any:
-            with corpus_fs.open(source, "rb") as f:
-                for batch in pq.ParquetFile(f).iter_batches(
-                    batch_size=1000, columns=["id", "text", "extractor"]
-                ):
-                    for row in batch.to_pylist():
-                        yield Document(
-                            text=row["text"] or "", id=row["id"], metadata={"extractor": row["extractor"]}
-                        )
-
-        output_file = writer.write_tokens(documents(), name)
-        with tokens_fs.open(done, "wb") as f:
-            f.write(b"")
-        if log is not None:
-            log.info(
-                "%s: %d documents, %d tokens in %.1f s",
-                name,
-                len(output_file.sequence_lengths),
-                len(output_file),
-                time.perf_counter() - started,
-            )
-    return write_tokens_summary(tokens_dir, info, storage_options)
 
 
 class PublishCorpusOperator(StorageOperator):

@@ -47,7 +47,6 @@ from operators.corpus import (
     SimplifyBatchOperator,
     TokenizeOperator,
     labeler_options_with_model,
-    tokenize_corpus,
 )
 from operators.jobs import (
     AblationReportOperator,
@@ -85,5 +84,4 @@ __all__ = [
     "labeler_options_with_model",
     "spawn_without_airflow_main",
     "stage_report_dict",
-    "tokenize_corpus",
 ]

@@ -18,6 +18,7 @@ import json
 import os
 import posixpath
 import struct
+import time
 from collections.abc import Iterator
 from functools import lru_cache
 from typing import Any
@@ -35,6 +36,7 @@ __all__ = [
     "read_index",
     "read_token_documents",
     "resolve_tokenizer_file",
+    "tokenize_corpus",
     "write_tokens_summary",
 ]
 
@@ -220,3 +222,77 @@ def write_tokens_summary(
     with fs.open(posixpath.join(path, TOKENS_SUMMARY_NAME), "w") as f:
         f.write(json.dumps(summary, indent=1) + "\n")
     return summary
+
+
+def tokenize_corpus(
+    corpus_dir: str,
+    tokens_dir: str,
+    tokenizer: str,
+    eos_token: str | None = "<|endoftext|>",
+    *,
+    storage_options: dict[str, Any] | None = None,
+    force: bool = False,
+    log: Any = None,
+) -> dict[str, Any]:
+    """``corpus/part-X.parquet`` → ``tokens/part-X.bin/.idx`` (+ ``part-X.done``) and ``tokens/_summary.json``.
+
+    The same writer and summary as the refinement's own tokenize step; this loop makes tokenization a step
+    of its own (corpus_build's ``tokenize`` task), resumable per file.
+    """
+    import pyarrow.parquet as pq
+    from datatrove.data import Document
+
+    info = check_tokenizer(tokenizer, eos_token)
+    corpus_fs, corpus_path = filesystem_for(corpus_dir, storage_options)
+    tokens_fs, tokens_path = filesystem_for(tokens_dir, storage_options)
+    tokens_path = tokens_path.rstrip("/")
+    summary_path = posixpath.join(tokens_path, TOKENS_SUMMARY_NAME)
+    if tokens_fs.exists(summary_path) or tokens_fs.exists(tokens_path):
+        previous = None
+        if tokens_fs.exists(summary_path):
+            with tokens_fs.open(summary_path, "rb") as f:
+                previous = json.loads(f.read())
+        same = previous is None or (
+            previous.get("tokenizer") == info["tokenizer"] and previous.get("eos_token") == info["eos_token"]
+        )
+        if force or not same:
+            if not force:
+                raise ValueError(
+                    f"{tokens_dir} holds tokens of {previous.get('tokenizer')}; tokenizing with "
+                    f"{info['tokenizer']} would mix two vocabularies: set force to start over"
+                )
+            tokens_fs.rm(tokens_path, recursive=True)
+    tokens_fs.makedirs(tokens_path, exist_ok=True)
+    corpus_fs.invalidate_cache(corpus_path)
+    files = sorted(p for p in corpus_fs.glob(posixpath.join(corpus_path.rstrip("/"), "*.parquet")))
+    output = tokens_path if storage_options is None else (tokens_path, tokens_fs)
+    writer = MegatronTokenWriter(output, tokenizer, eos_token)
+    for source in files:
+        name = posixpath.basename(source).removesuffix(".parquet")
+        done = posixpath.join(tokens_path, f"{name}.done")
+        if tokens_fs.exists(done):
+            continue
+        started = time.perf_counter()
+
+        def documents(source: str = source) -> Any:
+            with corpus_fs.open(source, "rb") as f:
+                for batch in pq.ParquetFile(f).iter_batches(
+                    batch_size=1000, columns=["id", "text", "extractor"]
+                ):
+                    for row in batch.to_pylist():
+                        yield Document(
+                            text=row["text"] or "", id=row["id"], metadata={"extractor": row["extractor"]}
+                        )
+
+        output_file = writer.write_tokens(documents(), name)
+        with tokens_fs.open(done, "wb") as f:
+            f.write(b"")
+        if log is not None:
+            log.info(
+                "%s: %d documents, %d tokens in %.1f s",
+                name,
+                len(output_file.sequence_lengths),
+                len(output_file),
+                time.perf_counter() - started,
+            )
+    return write_tokens_summary(tokens_dir, info, storage_options)

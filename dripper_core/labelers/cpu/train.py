@@ -310,6 +310,9 @@ class TrainParams:
         two_stage: Train the second (context) stage.
         threads: Threads per fit.
         backend: ``lightgbm``, ``sklearn`` or ``auto`` (LightGBM when installed).
+        bags: Ensembles per stage, each fitted on a random ``bag_sites`` share of the training sites and
+            averaged (in log-odds): less dependence on which sites happened to be in the training data.
+        bag_sites: Share of the sites each bag is fitted on (with ``bags > 1``).
         threshold: The model's decision threshold (a block is main at or above it).
         min_confidence: The model declines pages where no block reaches this probability.
     """
@@ -327,12 +330,18 @@ class TrainParams:
     two_stage: bool = True
     threads: int = 2
     backend: str = "auto"
+    bags: int = 1
+    bag_sites: float = 0.8
     threshold: float = 0.5
     min_confidence: float = 0.7
 
     def __post_init__(self) -> None:
         if self.rounds < 1:
             raise ValueError(f"rounds {self.rounds}: need at least 1")
+        if self.bags < 1 or not 0.0 < self.bag_sites <= 1.0:
+            raise ValueError(
+                f"bags {self.bags}, bag_sites {self.bag_sites}: need bags >= 1, bag_sites in (0, 1]"
+            )
         if not 0.0 < self.threshold < 1.0:
             raise ValueError(f"threshold {self.threshold}: need a probability in (0, 1)")
         if not 0.0 <= self.min_confidence < 1.0:
@@ -436,6 +445,45 @@ def fit_ensemble(
     )
     classifier.fit(features, labels, sample_weight=weights)
     return ensemble_from_sklearn(classifier)
+
+
+def _fit(
+    pages: Sequence[PageExample],
+    indexes: Sequence[int],
+    params: TrainParams,
+    seed: int,
+    stage1: dict | None = None,
+) -> TreeEnsemble:
+    """One stage fitted on ``pages[indexes]``: a single ensemble, or ``params.bags`` site bags averaged."""
+    if params.bags == 1:
+        return fit_ensemble(*_stack(pages, indexes, params, stage1), params, seed)
+    sites = sorted({pages[i].site for i in indexes})
+    members = []
+    for bag in range(params.bags):
+        rng = np.random.default_rng([seed, bag])
+        chosen = set(rng.choice(sites, size=max(1, round(params.bag_sites * len(sites))), replace=False))
+        subset = [i for i in indexes if pages[i].site in chosen]
+        members.append(fit_ensemble(*_stack(pages, subset, params, stage1), params, seed + bag))
+    return average_ensembles(members)
+
+
+def average_ensembles(members: Sequence[TreeEnsemble]) -> TreeEnsemble:
+    """One ensemble whose raw score is the mean of ``members``' (their trees side by side)."""
+    scale = 1.0 / len(members)
+    offsets = np.cumsum([0] + [member.n_nodes for member in members[:-1]])
+    return TreeEnsemble(
+        baseline=float(np.mean([member.baseline for member in members])),
+        roots=np.concatenate(
+            [member.roots + offset for member, offset in zip(members, offsets, strict=True)]
+        ),
+        feature=np.concatenate([member.feature for member in members]),
+        threshold=np.concatenate([member.threshold for member in members]),
+        children=np.concatenate(
+            [member.children + offset for member, offset in zip(members, offsets, strict=True)]
+        ),
+        value=np.concatenate([member.value for member in members]) * scale,
+        depth=max(member.depth for member in members),
+    )
 
 
 class _Nodes:
@@ -591,7 +639,7 @@ def cross_validate(
     without: dict[frozenset, TreeEnsemble] = {}
     for f in range(k):
         _log(f"fold {f + 1}/{k}: stage 1 ({len(members[f])} pages held out)", quiet)
-        without[frozenset([f])] = fit_ensemble(*_stack(pages, everything[fold_of != f], params), params, seed)
+        without[frozenset([f])] = _fit(pages, everything[fold_of != f], params, seed)
     stage1_test: dict[int, np.ndarray] = {}
     for f in range(k):
         stage1_test.update(_predict(without[frozenset([f])], pages, members[f]))
@@ -611,11 +659,11 @@ def cross_validate(
             if pair not in without:
                 _log(f"stage 1 without folds {f + 1} and {g + 1}", quiet)
                 keep = everything[(fold_of != f) & (fold_of != g)]
-                without[pair] = fit_ensemble(*_stack(pages, keep, params), params, seed)
+                without[pair] = _fit(pages, keep, params, seed)
             inner.update(_predict(without[pair], pages, members[g]))
         _log(f"fold {f + 1}/{k}: stage 2", quiet)
         training = everything[fold_of != f]
-        stage2 = fit_ensemble(*_stack(pages, training, params, inner), params, seed)
+        stage2 = _fit(pages, training, params, seed, inner)
         model = CpuModel(stage1, stage2, params.threshold, params.min_confidence)
         models.append(model)
         for index in members[f]:
@@ -650,7 +698,7 @@ def fit_model(
     """
     everything = np.arange(len(pages))
     _log(f"stage 1 on all {len(pages)} pages", quiet)
-    stage1 = fit_ensemble(*_stack(pages, everything, params), params, seed)
+    stage1 = _fit(pages, everything, params, seed)
     decision = {"threshold": params.threshold, "min_confidence": params.min_confidence}
     if not params.two_stage:
         return CpuModel(stage1, None, **decision)
@@ -659,11 +707,11 @@ def fit_model(
         oof: dict[int, np.ndarray] = {}
         for f in range(int(fold_of.max()) + 1):
             _log(f"stage 1 without fold {f + 1}/{folds} (for stage 2)", quiet)
-            ensemble = fit_ensemble(*_stack(pages, everything[fold_of != f], params), params, seed)
+            ensemble = _fit(pages, everything[fold_of != f], params, seed)
             oof.update(_predict(ensemble, pages, np.flatnonzero(fold_of == f)))
         stage1_oof = [oof[i] for i in everything]
     _log("stage 2 on all pages", quiet)
-    stage2 = fit_ensemble(*_stack(pages, everything, params, dict(enumerate(stage1_oof))), params, seed)
+    stage2 = _fit(pages, everything, params, seed, dict(enumerate(stage1_oof)))
     return CpuModel(stage1, stage2, **decision)
 
 

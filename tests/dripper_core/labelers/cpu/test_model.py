@@ -18,7 +18,13 @@ from dripper_core.labelers.cpu.model import (
     finish_labels,
     load_model,
 )
-from dripper_core.labelers.cpu.train import TrainParams, ensemble_from_sklearn, fit_ensemble, fit_lightgbm
+from dripper_core.labelers.cpu.train import (
+    TrainParams,
+    average_ensembles,
+    ensemble_from_sklearn,
+    fit_ensemble,
+    fit_lightgbm,
+)
 from dripper_core.pipeline import extract
 
 ARTICLE = (
@@ -56,6 +62,19 @@ def test_lightgbm_export_matches_raw_scores():
     ensemble = fit_ensemble(x, y, w, params, seed=0)
     booster = fit_lightgbm(x, y, w, params, seed=0)
     assert np.allclose(ensemble.decision_function(x), booster.predict(x, raw_score=True), atol=1e-9)
+
+
+def test_averaged_ensembles_score_the_mean_of_their_members():
+    x, y, w = _data()
+    members = [
+        fit_ensemble(x[part], y[part], w[part], TrainParams(rounds=4 + seed, backend="sklearn"), seed=seed)
+        for seed, part in enumerate((slice(0, 400), slice(200, 600), slice(100, 500)))
+    ]
+    averaged = average_ensembles(members)
+    assert averaged.n_trees == sum(member.n_trees for member in members)
+    expected = np.mean([member.decision_function(x) for member in members], axis=0)
+    assert np.allclose(averaged.decision_function(x), expected, atol=1e-9)
+    averaged.validate(x.shape[1])
 
 
 def test_ensemble_round_trip_and_validation():
