@@ -344,7 +344,7 @@ def _fence(code: str, minimum: int) -> str:
 class _Frame:
     """A block container being written: finished blocks, plus the inline run of the current paragraph."""
 
-    __slots__ = ("kind", "blocks", "parts", "space", "gen", "number", "ordered", "rows", "html")
+    __slots__ = ("kind", "blocks", "parts", "space", "gen", "number", "ordered", "rows", "html", "formula")
 
     def __init__(self, kind: str, html: bool = False, number: int = 0) -> None:
         self.kind = kind
@@ -356,6 +356,7 @@ class _Frame:
         self.ordered = False
         self.rows: list = []  # pipe table: list of row cell texts; HTML table: output chunks
         self.html = html  # inside a table kept as HTML: escape text, no Markdown markup
+        self.formula = False  # the inline run ends with an inline formula
 
 
 class _Writer:
@@ -404,17 +405,18 @@ class _Writer:
                 frame.space = True
             return
         run = " ".join(words)
-        if not frame.space and text[0].isspace():
+        if not frame.space and (text[0].isspace() or (frame.formula and run[0].isalnum())):
             run = " " + run
         if not frame.html and ("*" in run or "_" in run):
             run = _escape_emphasis(run)
         frame.space = text[-1].isspace()
+        frame.formula = False
         frame.parts.append(run + " " if frame.space else run)
 
     def inline(self, markup: str) -> None:
         frame = self.frames[-1]
         frame.parts.append(markup)
-        frame.space = False
+        frame.space = frame.formula = False
 
     def flush(self, frame: _Frame) -> None:
         """Close the frame's inline run into a paragraph block."""
@@ -742,7 +744,13 @@ class _Writer:
         if display:
             self.block("$$\n" + tex.strip() + "\n$$")
         else:
+            # A rendered formula is a box of its own: "$x$ and", never "$x$and" (MathJax v3 pages put
+            # the text right after the container), and two formulas never make "$$".
+            frame = self.frames[-1]
+            if frame.parts and (frame.formula or frame.parts[-1][-1:].isalnum()):
+                frame.parts.append(" ")
             self.inline("$" + " ".join(tex.split()) + "$")
+            frame.formula = True
 
     def image(self, el: etree._Element) -> None:
         found = math.image_tex(el)

@@ -227,6 +227,15 @@ def test_mathjax3_container_uses_assistive_mathml():
     assert md(markup) == "See\n\n$$\nx^2\n$$"
 
 
+def test_inline_formulas_stand_apart_from_adjacent_words_and_each_other():
+    # MathJax v3 pages put text right against the container: "<mjx-container>…</mjx-container>and".
+    def inline(tex_name: str) -> str:
+        return f'<mjx-container class="MathJax" jax="CHTML"><mjx-assistive-mml><math><mi>{tex_name}</mi></math></mjx-assistive-mml></mjx-container>'
+
+    markup = f"<p>When{inline('a')}and {inline('k')}{inline('n')}, done ({inline('x')}).</p>"
+    assert md(markup) == "When $a$ and $k$ $n$, done ($x$)."
+
+
 def test_katex_inline_and_display_drop_html_rendering():
     def katex(tex: str) -> str:
         return (
