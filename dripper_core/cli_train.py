@@ -62,6 +62,12 @@ def add_train_labeler_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=int, default=2, help="threads per model fit")
     parser.add_argument("--rounds", type=int, default=None, help="boosting rounds per stage (default 150)")
     parser.add_argument(
+        "--bags",
+        type=int,
+        default=None,
+        help="ensembles per stage, each on a random 80%% of the sites, averaged (default 3)",
+    )
+    parser.add_argument(
         "--backend",
         default="auto",
         choices=("auto", "lightgbm", "sklearn"),
@@ -96,7 +102,9 @@ def run_train_labeler(args: argparse.Namespace) -> int:
         print(f"error: no such file: {', '.join(missing)}", file=sys.stderr)
         return 2
     excluded = {str(record.get("id")) for path in args.exclude_pages for record in iter_records(path)}
-    overrides = {} if args.rounds is None else {"rounds": args.rounds}
+    overrides = {
+        name: value for name, value in (("rounds", args.rounds), ("bags", args.bags)) if value is not None
+    }
     try:
         params = TrainParams(
             threads=args.threads,

@@ -330,7 +330,7 @@ class TrainParams:
     two_stage: bool = True
     threads: int = 2
     backend: str = "auto"
-    bags: int = 1
+    bags: int = 3
     bag_sites: float = 0.8
     threshold: float = 0.5
     min_confidence: float = 0.7

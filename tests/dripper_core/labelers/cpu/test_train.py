@@ -73,14 +73,16 @@ def test_train_labeler_command_writes_a_model_that_loads(tmp_path):
     args = parser.parse_args(
         [
             "train-labeler", "--data", str(SAMPLE), "--output", str(output), "--folds", "3", "--limit", "14",
-            "--rounds", "8", "--workers", "1", "--threads", "1", "--report", str(report), "--quiet",
+            "--rounds", "8", "--bags", "2", "--workers", "1", "--threads", "1", "--report", str(report),
+            "--quiet",
             "--threshold", "0.45", "--min-confidence", "0.6",
         ]
     )  # fmt: skip
     assert args.handler(args) == 0
     model = load_model(output)
     assert model.metadata["training_data"]["files"][0]["records"] == 14
-    assert model.metadata["params"]["rounds"] == 8
+    assert model.metadata["params"]["rounds"] == 8 and model.metadata["params"]["bags"] == 2
+    assert model.stage1.n_trees == model.stage2.n_trees == 2 * 8  # two bags' trees, averaged
     assert (model.threshold, model.min_confidence) == (0.45, 0.6)
     assert "cross_validation" in json.loads(report.read_text())
     labeler = CpuLabeler(model=output, min_confidence=0)
