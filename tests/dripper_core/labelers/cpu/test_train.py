@@ -70,15 +70,19 @@ def test_train_labeler_command_writes_a_model_that_loads(tmp_path):
     report = tmp_path / "report.json"
     parser = argparse.ArgumentParser()
     add_train_labeler_parser(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(
-        [
-            "train-labeler", "--data", str(SAMPLE), "--output", str(output), "--folds", "3", "--limit", "14",
-            "--rounds", "8", "--bags", "2", "--workers", "1", "--threads", "1", "--report", str(report),
-            "--quiet",
-            "--threshold", "0.45", "--min-confidence", "0.6",
-        ]
-    )  # fmt: skip
-    assert args.handler(args) == 0
+    def train(to: Path) -> None:
+        args = parser.parse_args(
+            [
+                "train-labeler", "--data", str(SAMPLE), "--output", str(to), "--folds", "3", "--limit", "14",
+                "--rounds", "8", "--bags", "2", "--workers", "1", "--threads", "1", "--report", str(report),
+                "--quiet", "--threshold", "0.45", "--min-confidence", "0.6",
+            ]
+        )  # fmt: skip
+        assert args.handler(args) == 0
+
+    train(output)
+    train(tmp_path / "again.json.gz")
+    assert output.read_bytes() == (tmp_path / "again.json.gz").read_bytes()  # reproducible, bags included
     model = load_model(output)
     assert model.metadata["training_data"]["files"][0]["records"] == 14
     assert model.metadata["params"]["rounds"] == 8 and model.metadata["params"]["bags"] == 2
