@@ -560,10 +560,10 @@ def main(argv: list[str] | None = None) -> int:
         "--train-steps",
         type=int,
         default=0,
-        help="first train the model this many steps on oracle answers of pages not benchmarked (CPU: 300)",
+        help="first train the model this many steps on oracle answers of pages not benchmarked (README: 150)",
     )
     parser.add_argument(
-        "--train-max-tokens", type=int, default=4096, help="--train-steps: longest training prompt"
+        "--train-max-tokens", type=int, default=8192, help="--train-steps: longest training prompt"
     )
     parser.add_argument("--no-vllm", action="store_true", help="skip vLLM even where it is installed")
     parser.add_argument("--output", type=Path, help="also append the result lines to this file")

@@ -70,6 +70,7 @@ def test_train_labeler_command_writes_a_model_that_loads(tmp_path):
     report = tmp_path / "report.json"
     parser = argparse.ArgumentParser()
     add_train_labeler_parser(parser.add_subparsers(dest="command"))
+
     def train(to: Path) -> None:
         args = parser.parse_args(
             [
