@@ -226,10 +226,21 @@ def run_quality(args: argparse.Namespace) -> int:
         record = {"id": page.doc_id, "source": page.source}
         fold_by_key[page.site if args.by == "site" else _fold_key(args.by, record)] = int(fold)
 
-    records = _records(args.data, args.limit)
-    bench_pages = [page for path in args.data for page in read_pages(path, limit=args.limit)]
-    if [str(r.get("id")) for r in records] != [page.id for page in bench_pages]:
-        raise RuntimeError("eval read other pages than the records")
+    # The fold keys (site_of reads the URL and the HTML) and the report's file group, from eval's own
+    # reading of the files: each file is parsed once, and the dicts share the pages' HTML strings.
+    bench_pages, records = [], []
+    for path in args.data:
+        for page in read_pages(path, limit=args.limit):
+            bench_pages.append(page)
+            records.append(
+                {
+                    "id": page.id,
+                    "url": page.url,
+                    "html": page.html,
+                    "source": page.source,
+                    "_file": path.name.split(".")[0],
+                }
+            )
     chunks = [
         (records[offset : offset + args.chunk], bench_pages[offset : offset + args.chunk])
         for offset in range(0, len(records), args.chunk)
