@@ -75,7 +75,7 @@ def templated(*names: str, **renamed: str) -> dict[str, str]:
 
 #: Where a task's storage root is and which connection reaches it.
 STORAGE = templated("storage_root", "aws_conn_id")
-#: The Dask arguments of the simplify tasks (``extract_workers`` replaces the count for extract).
+#: The Dask arguments of the simplify tasks.
 DASK = templated("dask_scheduler", "dask_workers", "force")
 
 
@@ -103,25 +103,28 @@ def simplified_selection(from_asset_event: bool = True) -> tuple[Any, Any, str]:
     return select, record, selection_root
 
 
-def extract_arguments() -> dict[str, str]:
-    """The extract task's arguments every corpus build shares (the labeler is the DAG's)."""
-    return {
-        **templated("fallback", "fallback_on_empty", batch_size="extract_batch_size"),
-        **STORAGE,
-        **DASK,
-        **templated(dask_workers="extract_workers"),
-    }
-
-
-def refine_arguments() -> dict[str, str]:
-    """The refine task's arguments from the refinement params."""
-    return (
-        templated(
-            "force",
-            steps="refine_steps",
-            tasks="refine_tasks",
-            workers="refine_workers",
-            options="refine_options",
-        )
-        | STORAGE
+#: The extract task's arguments every corpus build shares (the labeler is the DAG's).
+EXTRACT = (
+    templated(
+        "fallback",
+        "fallback_on_empty",
+        "dask_scheduler",
+        "force",
+        batch_size="extract_batch_size",
+        dask_workers="extract_workers",
     )
+    | STORAGE
+)
+#: The refine task's arguments from the refinement params.
+REFINE = (
+    templated(
+        "force",
+        steps="refine_steps",
+        tasks="refine_tasks",
+        workers="refine_workers",
+        options="refine_options",
+    )
+    | STORAGE
+)
+#: The tokenize task's arguments.
+TOKENIZE = templated("tokenizer", "force") | STORAGE

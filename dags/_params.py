@@ -26,6 +26,8 @@ REFINE_STEPS = (
 )
 DEFAULT_REFINE_STEPS = REFINE_STEPS[1:]  # all but url_dedup
 FALLBACKS = ("trafilatura", "empty", "none")
+#: ``dripper_core.labelers.base.DEFAULT_LABELER`` (a test keeps these in sync).
+DEFAULT_LABELER = "cpu"
 KNOWN_LABELERS = ("cpu", "trafilatura", "vllm", "openai", "torch", "oracle")
 #: A registered labeler name or ``module:factory``.
 LABELER_PATTERN = r"^[A-Za-z0-9_.]+(:[A-Za-z0-9_.]+)?$"
@@ -35,6 +37,12 @@ EXTRACTION = "Extraction"
 REFINEMENT = "Refinement"
 STORAGE = "Storage and compute"
 TRAINING = "Pretraining and evaluation"
+
+
+def default_labeler() -> str:
+    """The labeler the forms propose: ``DRIPPER_LABELER``, else the platform's default (read per form)."""
+    return env("DRIPPER_LABELER", DEFAULT_LABELER)
+
 
 _ABSOLUTE_OR_URL = r"^(/|[A-Za-z][A-Za-z0-9+.-]*://)"
 _RESULT_NAME = r"^[A-Za-z0-9._-]+$"
@@ -103,7 +111,7 @@ def extraction_benchmark_params() -> dict[str, Param]:
             description="JSONL(.gz) files in the dev format or WebMainBench's schema (local paths).",
         ),
         "extractors": Param(
-            ["trafilatura", f"dripper:{env('DRIPPER_LABELER', 'cpu')}"],
+            ["trafilatura", f"dripper:{default_labeler()}"],
             type="array",
             items={"type": "string", "pattern": r"^[A-Za-z0-9_.]+(:[A-Za-z0-9_./:-]+)?$"},
             minItems=1,
@@ -251,7 +259,7 @@ def labeler_params() -> dict[str, Param]:
     """One labeler, its model and options (corpus_build)."""
     return {
         "labeler": Param(
-            env("DRIPPER_LABELER", "cpu"),
+            default_labeler(),
             type="string",
             pattern=LABELER_PATTERN,
             examples=list(KNOWN_LABELERS),
@@ -280,7 +288,7 @@ def extractors_params() -> dict[str, Param]:
     """Several labelers to compare, with their options (extractor_ablation)."""
     return {
         "extractors": Param(
-            list(dict.fromkeys([env("DRIPPER_LABELER", "cpu"), "trafilatura"])),
+            list(dict.fromkeys([default_labeler(), "trafilatura"])),
             type="array",
             items={"type": "string", "pattern": LABELER_PATTERN},
             minItems=1,

@@ -19,9 +19,10 @@ from _common import (
     CORPUS_ASSET,
     CRAWL_MANIFEST_ASSET,
     DEFAULT_ARGS,
+    EXTRACT,
+    REFINE,
     STORAGE,
-    extract_arguments,
-    refine_arguments,
+    TOKENIZE,
     selection_xcom,
     simplified_selection,
     templated,
@@ -50,13 +51,11 @@ with DAG(
         task_id="extract",
         input_root=selection_root,
         **templated("labeler", "labeler_model", "labeler_options"),
-        **extract_arguments(),
+        **EXTRACT,
     )
     run_root = xcom("extract", "output_root")
-    refine = RefineOperator(task_id="refine", root=run_root, **refine_arguments())
-    tokenize = TokenizeOperator(
-        task_id="tokenize", root=run_root, **templated("tokenizer", "force"), **STORAGE
-    )
+    refine = RefineOperator(task_id="refine", root=run_root, **REFINE)
+    tokenize = TokenizeOperator(task_id="tokenize", root=run_root, **TOKENIZE)
     publish = PublishCorpusOperator(
         task_id="publish_corpus",
         root=run_root,

@@ -23,9 +23,9 @@ from typing import Any
 from _common import (
     ABLATION_REPORT_ASSET,
     DEFAULT_ARGS,
-    STORAGE,
-    extract_arguments,
-    refine_arguments,
+    EXTRACT,
+    REFINE,
+    TOKENIZE,
     simplified_selection,
     templated,
 )
@@ -76,15 +76,11 @@ with DAG(
         ]
 
     select, record_simplify, selection_root = simplified_selection(from_asset_event=False)
-    extract = ExtractOperator.partial(
-        task_id="extract", input_root=selection_root, **extract_arguments()
-    ).expand_kwargs(extractor_configs())
-    refine = RefineOperator.partial(task_id="refine", **refine_arguments()).expand(
-        root=extract.output.map(_root)
+    extract = ExtractOperator.partial(task_id="extract", input_root=selection_root, **EXTRACT).expand_kwargs(
+        extractor_configs()
     )
-    tokenize = TokenizeOperator.partial(
-        task_id="tokenize", **templated("tokenizer", "force"), **STORAGE
-    ).expand(root=refine.output.map(_root))
+    refine = RefineOperator.partial(task_id="refine", **REFINE).expand(root=extract.output.map(_root))
+    tokenize = TokenizeOperator.partial(task_id="tokenize", **TOKENIZE).expand(root=refine.output.map(_root))
     pretrain = PretrainOperator.partial(
         task_id="pretrain",
         **templated(

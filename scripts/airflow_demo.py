@@ -302,11 +302,24 @@ def run_conf(env: dict[str, str], labeler: str, tokenizer: str) -> dict[str, Any
     }
 
 
+def get_run(api: Api, run_id: str) -> dict[str, Any]:
+    """The corpus_build run ``run_id`` as the REST API reports it (state, conf, triggered_by…)."""
+    return api.call("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}")
+
+
+def published(api: Api, run_id: str) -> dict[str, Any]:
+    """What the run's ``publish_corpus`` task returned (paths and counts)."""
+    xcom = api.call(
+        "GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/publish_corpus/xcomEntries/return_value"
+    )
+    return xcom["value"] if isinstance(xcom["value"], dict) else json.loads(xcom["value"])
+
+
 def wait_for_run(api: Api, run_id: str, seconds: float) -> dict[str, Any]:
     deadline = time.monotonic() + seconds
     reported: dict[tuple[str, int], str] = {}
     while True:
-        run = api.call("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}")
+        run = get_run(api, run_id)
         instances = api.call("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances?limit=100")
         for ti in instances.get("task_instances", []):
             key = (ti["task_id"], ti.get("map_index", -1))
@@ -322,11 +335,8 @@ def wait_for_run(api: Api, run_id: str, seconds: float) -> dict[str, Any]:
 
 
 def print_result(api: Api, run_id: str, env: dict[str, str], elapsed: float) -> None:
-    xcom = api.call(
-        "GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/publish_corpus/xcomEntries/return_value"
-    )
-    published = xcom["value"] if isinstance(xcom["value"], dict) else json.loads(xcom["value"])
-    summary = json.loads(Path(published["build_summary"]).read_text())
+    output = published(api, run_id)
+    summary = json.loads(Path(output["build_summary"]).read_text())
     stages = summary["stages"]
     refine = summary.get("refine") or {}
     tokens = summary.get("tokens_summary") or {}
@@ -348,10 +358,10 @@ def print_result(api: Api, run_id: str, env: dict[str, str], elapsed: float) -> 
     }
     print("\n=== corpus_build: run summary ===")
     print(json.dumps(view, indent=1))
-    print(f"\nCorpus:         {published['corpus']}")
-    print(f"Tokens:         {published['tokens']}")
-    print(f"Build summary:  {published['build_summary']}")
-    print(f"Run root:       {published['run_root']}")
+    print(f"\nCorpus:         {output['corpus']}")
+    print(f"Tokens:         {output['tokens']}")
+    print(f"Build summary:  {output['build_summary']}")
+    print(f"Run root:       {output['run_root']}")
     print(f"Demo wall time: {elapsed:.0f} s")
 
 

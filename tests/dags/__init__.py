@@ -22,6 +22,11 @@ PAGES_PER_FILE = {"1741910000000.11/warc/CC-MAIN-20250314001422-20250314031422-0
                   "1741910000000.42/warc/CC-MAIN-20250314031422-20250314061422-00001": 49}  # fmt: skip
 
 
+def expected_pages(warc_files: list[str]) -> int:
+    """Pages the WARC reader keeps from these sample files (by :data:`PAGES_PER_FILE`)."""
+    return sum(n for name, n in PAGES_PER_FILE.items() if any(name in path for path in warc_files))
+
+
 def airflow_test_environment(home: Path) -> dict[str, str]:
     """Airflow settings for tests: this repository's DAGs, SQLite under ``home``, the bundled sample."""
     return {

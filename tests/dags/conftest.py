@@ -4,7 +4,6 @@ temporary folder, so a running ``make demo`` (port 8080, ``out/airflow``) is nev
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,16 +43,11 @@ class AirflowServer:
         return self.env["DRIPPER_RUN_ROOT"]
 
     def run(self, run_id: str) -> dict[str, Any]:
-        return self.api.call("GET", f"/api/v2/dags/{airflow_demo.DAG_ID}/dagRuns/{run_id}")
+        return airflow_demo.get_run(self.api, run_id)
 
     def published(self, run_id: str) -> dict[str, Any]:
         """What ``publish_corpus`` returned (paths and counts)."""
-        entry = self.api.call(
-            "GET",
-            f"/api/v2/dags/{airflow_demo.DAG_ID}/dagRuns/{run_id}/taskInstances/publish_corpus"
-            "/xcomEntries/return_value",
-        )
-        return entry["value"] if isinstance(entry["value"], dict) else json.loads(entry["value"])
+        return airflow_demo.published(self.api, run_id)
 
     def failure_report(self, run_id: str, chars: int = 3000) -> str:
         """The end of every task log of ``run_id``, for an assertion message."""

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from scripts import airflow_demo
-from tests.dags import PAGES_PER_FILE
+from tests.dags import expected_pages
 from tests.dags.conftest import SMALL_BUILD, AirflowServer
 
 pytestmark = pytest.mark.slow
@@ -48,9 +48,7 @@ def test_corpus_build_triggered_through_the_rest_api(airflow_server):
     summary = json.loads(Path(published["build_summary"]).read_text())
     plan = json.loads((Path(published["run_root"]).parents[1] / "_selection.json").read_text())
     (warc_file,) = plan["warc_files"]
-    assert summary["stages"]["simplified"]["pages_out"] == sum(
-        pages for name, pages in PAGES_PER_FILE.items() if name in warc_file
-    )
+    assert summary["stages"]["simplified"]["pages_out"] == expected_pages([warc_file])
     assert summary["stages"]["extracted"]["pages_out"] == summary["stages"]["simplified"]["pages_out"]
     assert summary["parameters"]["labeler"] == "trafilatura"
 

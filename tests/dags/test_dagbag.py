@@ -203,3 +203,12 @@ def test_refinement_switches_match_the_refinement_steps():
 
     assert tuple(step for step in STEP_ORDER if step != "tokenize") == _params.REFINE_STEPS
     assert tuple(step for step in DEFAULT_STEPS if step != "tokenize") == _params.DEFAULT_REFINE_STEPS
+
+
+def test_form_default_labeler_is_the_platform_default():
+    """The forms' default labeler is dripper_core's (kept literally in _params so parsing stays light)."""
+    import _params
+
+    from dripper_core.labelers.base import DEFAULT_LABELER
+
+    assert _params.DEFAULT_LABELER == DEFAULT_LABELER

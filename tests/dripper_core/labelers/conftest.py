@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,8 @@ import types
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import free_port
 
 REPO = Path(__file__).resolve().parents[3]
 TINY_MODEL = REPO / ".cache" / "models" / "tiny-qwen3"
@@ -177,9 +178,7 @@ class VLLMServer:
     """``python -m vllm.entrypoints.openai.api_server`` on 127.0.0.1, started in the background."""
 
     def __init__(self, model_dir: Path, log_path: Path) -> None:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
+        self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
         self.model = str(model_dir)
         self.log_path = log_path
