@@ -241,7 +241,7 @@ class CallPlanner:
                 failures[index] = "no blocks"
                 continue
             call = self._call(index, 0, n_blocks, simplified.simplified_html)
-            if len(call.prompt_ids) + call.max_tokens <= self.max_model_len:
+            if self._fits(call):
                 calls.append(call)
                 self.stats.windows += 1
                 self.stats.prompt_tokens += len(call.prompt_ids)

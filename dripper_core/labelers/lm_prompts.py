@@ -10,7 +10,7 @@
 (``../shared/UPSTREAM.md`` §1.5–§1.6.) A window of consecutive blocks is a valid page of its own: the
 blocks' simplified HTML, ids renumbered from 1, wrapped as the simplifier wraps a page.
 
-Nothing here imports torch, vLLM or lxml; the tokenizer is the caller's.
+Nothing here imports torch or vLLM; the tokenizer is the caller's.
 """
 
 from __future__ import annotations
@@ -20,15 +20,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from dripper_core.prompt import AnswerFormat, build_prompt
+from dripper_core.simplify.tags import wrap_document
 
 SYSTEM_PROMPT = "You are a helpful assistant."
 JSON_FORCED_PREFIX = "</think>\n\n"
-# The page wrapper of dripper_core.simplify (kept here so importing this module needs no lxml; a test
-# checks that a one-window page renders to exactly the page's simplified HTML).
-DOCUMENT_PREFIX = '<html><head><meta charset="utf-8"></head><body>'
-DOCUMENT_SUFFIX = "</body></html>"
-_TAG = re.compile(r"(<[^>]+>)")
-_WHITESPACE = re.compile(r"\s+")
 _ITEM_ID = re.compile(r'^(<[^>]*?\s_item_id=")(\d+)(")')
 ANSWER_SLACK_TOKENS = 16
 """Tokens allowed beyond one token per byte of the longest answer (optional whitespace, EOS)."""
@@ -47,6 +42,7 @@ class PromptRenderer:
         self.tokenizer = tokenizer
         self.format = fmt
         self.system_prompt = system_prompt
+        self._budgets: dict[int, int] = {}  # window packing asks for every size up to the window's
         if fmt.name == "compact" and not getattr(tokenizer, "chat_template", None):
             raise ValueError(
                 "the compact format wraps prompts in the model's chat template, but this tokenizer has none; "
@@ -55,14 +51,10 @@ class PromptRenderer:
 
     def render(self, simplified_html: str) -> str:
         """The full prompt text for one page (or window)."""
-        prompt = build_prompt(simplified_html, self.format.prompt_version)
         if self.format.name == "json":
-            return prompt + JSON_FORCED_PREFIX
-        once = self.tokenizer.apply_chat_template(
-            [{"role": "user", "content": prompt}], tokenize=False, enable_thinking=False
-        )
+            return build_prompt(simplified_html, self.format.prompt_version) + JSON_FORCED_PREFIX
         return self.tokenizer.apply_chat_template(
-            [{"role": "system", "content": self.system_prompt}, {"role": "user", "content": once}],
+            self.chat_messages(simplified_html),
             tokenize=False,
             add_generation_prompt=True,
             enable_thinking=False,
@@ -96,17 +88,13 @@ class PromptRenderer:
 
     def answer_budget(self, n_blocks: int) -> int:
         """Tokens the answer may take: one per byte of the longest answer, plus slack."""
-        longest = self.format.longest_answer(n_blocks)
-        if self.format.name == "json":
-            longest = longest[len(JSON_FORCED_PREFIX) :]
-        return len(longest.encode("utf-8")) + ANSWER_SLACK_TOKENS
-
-
-def collapse_text_whitespace(markup: str) -> str:
-    """Whitespace runs in text (not inside tags) → one space, as the simplifier does for a whole page."""
-    parts = _TAG.split(markup)
-    parts[::2] = [_WHITESPACE.sub(" ", text) if text else text for text in parts[::2]]
-    return "".join(parts).strip()
+        budget = self._budgets.get(n_blocks)
+        if budget is None:
+            longest = self.format.longest_answer(n_blocks)
+            if self.format.name == "json":
+                longest = longest[len(JSON_FORCED_PREFIX) :]
+            budget = self._budgets[n_blocks] = len(longest.encode("utf-8")) + ANSWER_SLACK_TOKENS
+        return budget
 
 
 def window_html(block_pieces: Sequence[str], first_id: int) -> str:
@@ -119,4 +107,4 @@ def window_html(block_pieces: Sequence[str], first_id: int) -> str:
                 f"block {first_id + offset}: its markup does not start with _item_id={first_id + offset}"
             )
         renumbered.append(f"{match.group(1)}{offset + 1}{match.group(3)}{piece[match.end() :]}")
-    return collapse_text_whitespace(DOCUMENT_PREFIX + "".join(renumbered) + DOCUMENT_SUFFIX)
+    return wrap_document("".join(renumbered))  # wrapped as the simplifier wraps a whole page

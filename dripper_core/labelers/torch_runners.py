@@ -29,7 +29,6 @@ class SlotRunner:
         import torch
 
         self.torch = torch
-        self.model = model
         self.backbone = model.model
         config = model.config
         self.heads = config.num_attention_heads
@@ -39,6 +38,10 @@ class SlotRunner:
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.feed_margin = feed_margin
+        # rotate_half(x) = cat(-x2, x1) = roll(x, half) * [-1…, +1…]: the signs are folded into sin once
+        # per forward pass (a flip by ±1 is exact, so the result is bit for bit the same).
+        self.rope_signs = torch.ones(self.head_dim, device=self.device, dtype=self.dtype)
+        self.rope_signs[: self.head_dim // 2] = -1
         self.slots = 0
         self.length = 0
         self.keys: list[Any] = []
@@ -109,7 +112,8 @@ class SlotRunner:
         slot_index = torch.tensor(slots, device=self.device)
         hidden = self.backbone.embed_tokens(token_ids)
         cos, sin = self.backbone.rotary_emb(hidden, positions)
-        cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)
+        cos, sin = cos.unsqueeze(2), (sin * self.rope_signs.to(sin.dtype)).unsqueeze(2)
+        half = self.head_dim // 2
         span = max(start + len(tokens) for start, tokens in zip(starts, inputs, strict=True))
         mask = None
         if not (causal_fresh and batch == 1):
@@ -125,8 +129,8 @@ class SlotRunner:
             v = attention.v_proj(hidden).view(batch, width, self.kv_heads, self.head_dim)
             if hasattr(attention, "q_norm"):
                 q, k = attention.q_norm(q), attention.k_norm(k)
-            q = q * cos + _rotate_half(q) * sin
-            k = k * cos + _rotate_half(k) * sin
+            q = q * cos + q.roll(half, dims=-1) * sin
+            k = k * cos + k.roll(half, dims=-1) * sin
             keys[slot_index[:, None], write_at] = k
             values[slot_index[:, None], write_at] = v
             if contiguous:
@@ -159,18 +163,6 @@ class SlotRunner:
         out = functional.scaled_dot_product_attention(q, k, v, attn_mask=grouped_mask, scale=self.scale)
         out = out.view(batch, self.kv_heads, groups, width, self.head_dim).permute(0, 3, 1, 2, 4)
         return out.reshape(batch, width, self.heads, self.head_dim)
-
-
-def _rotate_half(x: Any) -> Any:
-    half = x.shape[-1] // 2
-    return x.new_empty(x.shape).copy_(x.roll(half, dims=-1)).mul_(_half_signs(x, half))
-
-
-def _half_signs(x: Any, half: int) -> Any:
-    # rotate_half(x) = cat(-x2, x1) = roll(x, half) * [-1…, +1…]
-    signs = x.new_ones(2 * half)
-    signs[:half] = -1
-    return signs
 
 
 class SequentialRunner:

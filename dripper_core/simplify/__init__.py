@@ -25,12 +25,11 @@ from dripper_core.simplify.items import cut_text, has_content, prune_attributes,
 from dripper_core.simplify.segment import REF_ATTR, Segmenter
 from dripper_core.simplify.tags import (
     CUTOFF_LENGTH,
-    DOCUMENT_PREFIX,
-    DOCUMENT_SUFFIX,
     INLINE_TAGS,
     ITEM_ID_ATTR,
     TEXT_RUN_TAG,
     VOID_TAGS,
+    wrap_document,
 )
 from dripper_core.simplify.text import visible_text
 from dripper_core.types import Block, SimplifiedPage
@@ -39,8 +38,6 @@ __all__ = ["EmptyDocumentError", "SimplifyOptions", "simplify_html", "ITEM_ID_AT
 
 _FULL_DOCUMENT = re.compile(r"^\s*<(?:html|!doctype)", re.IGNORECASE)
 _ROUND_TRIP_PARSER = etree.HTMLParser()
-_TAG = re.compile(r"(<[^>]+>)")
-_WHITESPACE = re.compile(r"\s+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,12 +126,6 @@ def _as_plain_div(tree: etree._Element) -> None:
         tree.set(REF_ATTR, ref)
 
 
-def _collapse_text_whitespace(markup: str) -> str:
-    parts = _TAG.split(markup)  # text at even indexes, tags at odd ones
-    parts[::2] = [_WHITESPACE.sub(" ", text) if text else text for text in parts[::2]]
-    return "".join(parts).strip()
-
-
 def simplify_html(
     html: str, doc_id: str = "", url: str | None = None, options: SimplifyOptions | None = None
 ) -> SimplifiedPage:
@@ -187,7 +178,7 @@ def simplify_html(
         pieces.append(piece)
         mapped.append((item_id, piece, element))
 
-    simplified = _collapse_text_whitespace(DOCUMENT_PREFIX + "".join(pieces) + DOCUMENT_SUFFIX)
+    simplified = wrap_document("".join(pieces))
     blocks = [
         Block(
             item_id=item_id,

@@ -6,6 +6,8 @@ They are part of the model-input format the released MinerU-HTML weights were tr
 
 from __future__ import annotations
 
+import re
+
 ITEM_ID_ATTR = "_item_id"
 TEXT_RUN_TAG = "cc-alg-uc-text"
 """Wrapper element in the mapping view for a run of inline content that has no element of its own."""
@@ -99,3 +101,14 @@ CUTOFF_LENGTH = 500
 ELLIPSIS = "..."
 DOCUMENT_PREFIX = '<html><head><meta charset="utf-8"></head><body>'
 DOCUMENT_SUFFIX = "</body></html>"
+
+_TAG = re.compile(r"(<[^>]+>)")
+_WHITESPACE = re.compile(r"\s+")
+
+
+def wrap_document(block_markup: str) -> str:
+    """The page's Simplified HTML from its blocks' markup: the document wrapper around it, and whitespace
+    runs in text (not inside tags) collapsed to one space."""
+    parts = _TAG.split(DOCUMENT_PREFIX + block_markup + DOCUMENT_SUFFIX)  # text at even indexes
+    parts[::2] = [_WHITESPACE.sub(" ", text) if text else text for text in parts[::2]]
+    return "".join(parts).strip()
