@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import itertools
 import json
 import pickle
 import sys
@@ -48,16 +49,10 @@ def _default_data() -> list[Path]:
 
 
 def _records(paths: Sequence[Path], limit: int | None) -> list[dict]:
-    records = []
-    for path in paths:
-        with gzip.open(path, "rt", encoding="utf-8") as lines:
-            for count, line in enumerate(lines):
-                if limit and count >= limit:
-                    break
-                record = json.loads(line)
-                record["_file"] = path.name.split(".")[0]  # the data file, a report group
-                records.append(record)
-    return records
+    """The records of the data files, at most ``limit`` per file."""
+    from dripper_core.labelers.cpu.train import iter_records
+
+    return [record for path in paths for record in itertools.islice(iter_records(path), limit)]
 
 
 # -- speed ------------------------------------------------------------------------------------------------

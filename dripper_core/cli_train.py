@@ -22,7 +22,8 @@ the versions, parameters, training data (with sha256) and the cross-validated sc
 TRAIN_EPILOG = """examples:
   # the shipped model (the bundled sample pages are held out so that the tests measure unseen pages)
   dripper train-labeler --data ../shared/data/dev.jsonl.gz ../shared/data/dev_hard.jsonl.gz \\
-      --output dripper_core/resources/cpu_labeler/model.json.gz --exclude-pages data/sample/pages.jsonl.gz
+      --output dripper_core/resources/cpu_labeler/model.json.gz --exclude-pages data/sample/pages.jsonl.gz \\
+      --threshold 0.4 --min-confidence 0.85
   # use it
   dripper extract --input pages.jsonl.gz --output out.jsonl --labeler cpu
 """
@@ -77,12 +78,12 @@ def add_train_labeler_parser(subparsers) -> argparse.ArgumentParser:
         "--limit", type=int, default=None, help="read at most N records per file (for trials)"
     )
     parser.add_argument(
-        "--threshold", type=float, default=0.5, help="the model's decision threshold (default 0.5)"
+        "--threshold", type=float, default=None, help="the model's decision threshold (default 0.5)"
     )
     parser.add_argument(
         "--min-confidence",
         type=float,
-        default=0.7,
+        default=None,
         help="pages where no block reaches this probability go to the fallback (default 0.7)",
     )
     parser.add_argument("--report", default=None, help="also write the training report as JSON here")
@@ -102,17 +103,14 @@ def run_train_labeler(args: argparse.Namespace) -> int:
         print(f"error: no such file: {', '.join(missing)}", file=sys.stderr)
         return 2
     excluded = {str(record.get("id")) for path in args.exclude_pages for record in iter_records(path)}
+    # Options left unset take TrainParams' defaults (named once, there).
     overrides = {
-        name: value for name, value in (("rounds", args.rounds), ("bags", args.bags)) if value is not None
+        name: getattr(args, name)
+        for name in ("rounds", "bags", "threshold", "min_confidence")
+        if getattr(args, name) is not None
     }
     try:
-        params = TrainParams(
-            threads=args.threads,
-            backend=args.backend,
-            threshold=args.threshold,
-            min_confidence=args.min_confidence,
-            **overrides,
-        )
+        params = TrainParams(threads=args.threads, backend=args.backend, **overrides)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -5,11 +5,12 @@ stage 2 rescores it from the same features plus the stage-1 scores of its neighb
 (:func:`~dripper_core.labelers.cpu.features.context_features`). A block is main when its stage-2
 probability reaches the model's threshold.
 
-The ensembles are trained with scikit-learn's ``HistGradientBoostingClassifier`` (``train.py``) and
-exported as plain arrays (split feature, threshold, children, leaf values) into a gzip-compressed JSON
-file: no pickle (nothing executes on load), no scikit-learn at run time, and the file records its format
-version, the package version, the training data and the cross-validated scores. :meth:`TreeEnsemble.
-decision_function` walks all trees of a batch at once (one numpy step per tree level).
+The ensembles are trained with LightGBM (or scikit-learn's ``HistGradientBoostingClassifier``;
+``train.py``) and exported as plain arrays (split feature, threshold, children, leaf values) into a
+gzip-compressed JSON file: no pickle (nothing executes on load), no learning library at run time, and the
+file records its format version, the package version, the training data and the cross-validated scores.
+:meth:`TreeEnsemble.decision_function` walks all trees of a chunk of rows at once (one numpy step per tree
+level).
 """
 
 from __future__ import annotations
