@@ -1,4 +1,4 @@
-"""Build Qwen's real tokenizer and tiny random-weight Qwen3 models locally, with no model download.
+"""Build Qwen's real tokenizer and tiny random-weight Qwen3/HunYuan models locally, with no model download.
 
 Qwen's BPE ranks ship inside the ``dashscope`` wheel on PyPI (``dashscope/resources/qwen.tiktoken``); the
 wheel is fetched once with ``pip download`` (a registry, not a model hub) and only that file is read. With
@@ -9,7 +9,11 @@ Everything lands under ``.cache/`` in the repository (which ignores itself throu
 
 - ``.cache/models/qwen-tokenizer``: the tokenizer alone (with a Qwen3-style chat template);
 - ``.cache/models/tiny-qwen3``: a 2-layer Qwen3 (hidden 128, head_dim 64, vocab 151,936) with
-  random weights, float32, for the tests (vLLM's CPU attention needs head_dim 64).
+  random weights, float32, for the tests (vLLM's CPU attention needs head_dim 64);
+- ``.cache/models/tiny-hunyuan``: the same shape as a HunYuanDenseV1 (the architecture of the v1.1 weights,
+  ``MinerU-HTML-v1.1-hunyuan0.5B-compact``): query/key RMSNorm after RoPE, RoPE with HunYuan's fixed NTK
+  ``alpha``. It keeps Qwen's tokenizer (HunYuan's own is not obtainable without a model download), so its
+  vocabulary is Qwen's, not HunYuan's 120,818.
 
 Usage: ``python scripts/make_tiny_models.py [--cache DIR] [--force]``. Safe to rerun: existing outputs
 are kept unless ``--force``.
@@ -31,6 +35,7 @@ DASHSCOPE_PIN = "dashscope==2.0.2"
 TIKTOKEN_MEMBER = "dashscope/resources/qwen.tiktoken"
 TOKENIZER_DIR = "models/qwen-tokenizer"
 TINY_MODEL_DIR = "models/tiny-qwen3"
+TINY_HUNYUAN_DIR = "models/tiny-hunyuan"
 
 # Qwen2/Qwen3's pre-tokenizer: single digits, letters with one leading non-letter, punctuation runs.
 QWEN_PATTERN = (
@@ -178,6 +183,43 @@ def qwen3_config(hidden_size: int, layers: int, heads: int, kv_heads: int, inter
     )
 
 
+def hunyuan_config(hidden_size: int, layers: int, heads: int, kv_heads: int, intermediate: int, **extra):
+    """A HunYuanDenseV1 config as the released HunYuan-0.5B's (RoPE base 10,000 with NTK ``alpha`` 1000,
+    RMSNorm eps 1e-5, query/key norms), with Qwen's vocabulary and special ids."""
+    from transformers import HunYuanDenseV1Config
+
+    return HunYuanDenseV1Config(
+        vocab_size=QWEN_VOCAB_SIZE,
+        hidden_size=hidden_size,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=64 if hidden_size < 1024 else 128,
+        max_position_embeddings=32_768,
+        # As the release's rope_scaling {"type": "dynamic", "alpha": 1000, "factor": 1}: a fixed base of
+        # 10,000 * 1000 ** (d / (d - 2)) while positions stay below max_position_embeddings.
+        rope_parameters={"rope_type": "dynamic", "rope_theta": 10_000.0, "alpha": 1000.0, "factor": 1.0},
+        rms_norm_eps=1e-5,
+        use_qk_norm=True,  # what vLLM's own HunYuan code reads; transformers applies the norms regardless
+        tie_word_embeddings=True,
+        bos_token_id=151_643,
+        eos_token_id=151_645,
+        pad_token_id=151_643,
+        **extra,
+    )
+
+
+ARCHITECTURES = {"qwen3": qwen3_config, "hunyuan": hunyuan_config}
+
+
+def causal_lm(config):
+    """The transformers causal-LM class of ``config`` (Qwen3 or HunYuanDenseV1), unbuilt."""
+    from transformers import HunYuanDenseV1ForCausalLM, Qwen3ForCausalLM
+
+    return {"qwen3": Qwen3ForCausalLM, "hunyuan_v1_dense": HunYuanDenseV1ForCausalLM}[config.model_type]
+
+
 def shape_label_preferences(
     model,
     tokenizer,
@@ -230,6 +272,20 @@ def shape_label_preferences(
                     head[token_id, 0] = -penalty
 
 
+def vary_query_key_norms(model, scale: float = 0.5) -> None:
+    """Random per-channel weights in HunYuan's query/key RMSNorms (initialised to ones).
+
+    With unit weights a per-head RMSNorm commutes with RoPE (a rotation of channel pairs keeps the RMS), so
+    norms applied on the wrong side of RoPE would go unnoticed; uneven weights make the order matter.
+    """
+    import torch
+
+    with torch.no_grad():
+        for layer in model.model.layers:
+            for norm in (layer.self_attn.query_layernorm, layer.self_attn.key_layernorm):
+                norm.weight.mul_(1 + scale * torch.randn_like(norm.weight))
+
+
 def build_tiny_model(
     cache: Path,
     tokenizer_dir: Path,
@@ -239,16 +295,18 @@ def build_tiny_model(
     seed: int = 0,
     initializer_range: float = 0.05,
     force: bool = False,
+    architecture: str = "qwen3",
 ) -> Path:
-    """A random-weight Qwen3 with Qwen's vocabulary, saved with its tokenizer (float32)."""
+    """A random-weight Qwen3 or HunYuanDenseV1 (``architecture``) with Qwen's vocabulary, saved with its
+    tokenizer (float32)."""
     out = cache / name
     if (out / "config.json").exists() and not force:
         return out
     import torch
-    from transformers import AutoTokenizer, GenerationConfig, Qwen3ForCausalLM
+    from transformers import AutoTokenizer, GenerationConfig
 
     torch.manual_seed(seed)
-    config = qwen3_config(
+    config = ARCHITECTURES[architecture](
         hidden_size,
         layers,
         heads=hidden_size // 64,
@@ -258,16 +316,20 @@ def build_tiny_model(
     )
     config.tie_word_embeddings = False
     config.dtype = torch.float32
-    model = Qwen3ForCausalLM(config).eval()
+    model = causal_lm(config)(config).eval()
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     shape_label_preferences(model, tokenizer)
+    if architecture == "hunyuan":
+        vary_query_key_norms(model)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     GenerationConfig(
         bos_token_id=151_643, eos_token_id=[151_645, 151_643], pad_token_id=151_643
     ).save_pretrained(out)
-    (out / "dripper_tiny.json").write_text(json.dumps({"seed": seed, "hidden_size": hidden_size}) + "\n")
+    (out / "dripper_tiny.json").write_text(
+        json.dumps({"architecture": architecture, "seed": seed, "hidden_size": hidden_size}) + "\n"
+    )
     _log(f"tiny model saved to {out}")
     return out
 
@@ -281,6 +343,9 @@ def main(argv: list[str] | None = None) -> int:
     cache = ensure_cache_dir(args.cache)
     tokenizer_dir = build_tokenizer(cache, args.force)
     build_tiny_model(cache, tokenizer_dir, seed=args.seed, force=args.force)
+    build_tiny_model(
+        cache, tokenizer_dir, TINY_HUNYUAN_DIR, seed=args.seed, force=args.force, architecture="hunyuan"
+    )
     return 0
 
 

@@ -12,9 +12,10 @@ tokens in between), feeds the draft in the same forward pass, and keeps the long
 draft equals the greedy choice, plus the greedy token where they first differ. The labels are therefore
 those of plain greedy constrained decoding; only the number of forward passes changes.
 
-Llama-family models (Qwen2/Qwen3/Llama/Mistral) run on a slot KV cache with per-sequence lengths, so many
-pages decode in one batch (:mod:`~dripper_core.labelers.torch_runners`); other architectures run through the
-transformers forward one sequence at a time.
+Llama-family models (Qwen2/Qwen3/Llama/Mistral) and HunYuanDenseV1 (the v1.1 weights) run on a slot KV
+cache with per-sequence lengths, so many pages decode in one batch
+(:mod:`~dripper_core.labelers.torch_runners`); other architectures run through the transformers forward one
+sequence at a time.
 Logits are computed only for allowed tokens (a few rows of the LM head). CPU in tests, CUDA in production.
 """
 
@@ -30,7 +31,8 @@ from dripper_core.labelers.lm_tokens import AnswerAutomaton, TokenVocabulary, la
 from dripper_core.labelers.torch_runners import SequentialRunner, SlotRunner
 from dripper_core.prompt import AnswerFormat
 
-_SLOT_MODEL_TYPES = {"qwen3", "qwen2", "llama", "mistral"}
+# Architectures whose decoder layers SlotRunner reproduces exactly (tests compare with transformers).
+_SLOT_MODEL_TYPES = {"qwen3", "qwen2", "llama", "mistral", "hunyuan_v1_dense"}
 _LABEL_START = frozenset((ord("m"), ord("o")))
 
 

@@ -18,11 +18,16 @@ if TYPE_CHECKING:
 
 
 class SlotRunner:
-    """Forward passes of a Llama-family model over a slot KV cache (one slot per sequence).
+    """Forward passes of a Llama-family or HunYuanDenseV1 model over a slot KV cache (one slot per sequence).
 
     Each layer keeps ``K, V`` of shape ``[slots, length, kv_heads, head_dim]``; a sequence's tokens sit at
     positions ``0..len-1`` of its slot, so rejecting draft tokens is just a shorter length. The model's own
     modules compute norms, projections, RoPE and MLPs; only attention and the cache are ours.
+
+    The architectures differ only in their per-head query/key RMSNorm: Qwen3's ``q_norm``/``k_norm`` come
+    before RoPE, HunYuanDenseV1's ``query_layernorm``/``key_layernorm`` after it (as transformers 5.19's
+    ``HunYuanDenseV1Attention`` applies them, whatever the config's ``use_qk_norm`` says); Llama, Mistral
+    and Qwen2 have none. HunYuan's RoPE (dynamic NTK with a fixed ``alpha``) is its own ``rotary_emb``.
     """
 
     def __init__(self, model: Any, feed_margin: int) -> None:
@@ -42,6 +47,13 @@ class SlotRunner:
         # per forward pass (a flip by ±1 is exact, so the result is bit for bit the same).
         self.rope_signs = torch.ones(self.head_dim, device=self.device, dtype=self.dtype)
         self.rope_signs[: self.head_dim // 2] = -1
+        first = self.backbone.layers[0].self_attn
+        if hasattr(first, "q_norm"):
+            self.qk_norm = ("q_norm", "k_norm", "before_rope")
+        elif hasattr(first, "query_layernorm"):
+            self.qk_norm = ("query_layernorm", "key_layernorm", "after_rope")
+        else:
+            self.qk_norm = None
         self.slots = 0
         self.length = 0
         self.keys: list[Any] = []
@@ -105,7 +117,11 @@ class SlotRunner:
                     f"slot cache of {self.length} tokens is too short for {start + len(tokens)}"
                 )
             token_ids[i, : len(tokens)] = torch.tensor(tokens)
-            positions[i] = torch.arange(start, start + width)
+            # Padding repeats the last real position: a padded query is never read, and positions past the
+            # sequence could reach beyond max_position_embeddings, where a dynamic RoPE (HunYuan's)
+            # recomputes its frequencies for every later call, as transformers' dynamic_rope_update does.
+            positions[i, : len(tokens)] = torch.arange(start, start + len(tokens))
+            positions[i, len(tokens) :] = start + len(tokens) - 1
             write_at[i, : len(tokens)] = positions[i, : len(tokens)]
             self.lengths[slots[i]] = start + len(tokens)
         token_ids, positions, write_at = (t.to(self.device) for t in (token_ids, positions, write_at))
@@ -120,6 +136,7 @@ class SlotRunner:
             key_positions = torch.arange(span, device=self.device)
             mask = key_positions[None, None, :] <= positions[:, :, None]  # [batch, width, span]
         contiguous = slots == list(range(slots[0], slots[0] + batch))
+        norms = self.qk_norm
         for layer, keys, values in zip(self.backbone.layers, self.keys, self.values, strict=True):
             attention = layer.self_attn
             residual = hidden
@@ -127,10 +144,12 @@ class SlotRunner:
             q = attention.q_proj(hidden).view(batch, width, self.heads, self.head_dim)
             k = attention.k_proj(hidden).view(batch, width, self.kv_heads, self.head_dim)
             v = attention.v_proj(hidden).view(batch, width, self.kv_heads, self.head_dim)
-            if hasattr(attention, "q_norm"):
-                q, k = attention.q_norm(q), attention.k_norm(k)
+            if norms is not None and norms[2] == "before_rope":
+                q, k = getattr(attention, norms[0])(q), getattr(attention, norms[1])(k)
             q = q * cos + q.roll(half, dims=-1) * sin
             k = k * cos + k.roll(half, dims=-1) * sin
+            if norms is not None and norms[2] == "after_rope":
+                q, k = getattr(attention, norms[0])(q), getattr(attention, norms[1])(k)
             keys[slot_index[:, None], write_at] = k
             values[slot_index[:, None], write_at] = v
             if contiguous:
