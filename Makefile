@@ -5,7 +5,7 @@ ORACLE_VENV := .venv-oracle
 PIP := $(VENV)/bin/pip
 PYTEST_ARGS ?=
 
-.PHONY: install tiny-models oracle test demo demo-stop demo-extract lint format bench clean
+.PHONY: install tiny-models oracle cluster-engines test demo demo-stop demo-extract lint format bench clean
 
 install: $(VENV)/.installed tiny-models
 
@@ -52,9 +52,25 @@ browser:
 		echo "make browser: no chromium/chromedriver and not root with apt-get; the browser test will skip"; \
 	fi
 
+# Cluster engines for tests/cluster/ (a one-node Slurm with munge, a throwaway PostgreSQL; started by the
+# tests on 127.0.0.1): Debian's packages, installed with apt-get when missing and this runs as root where
+# apt-get exists (CI); elsewhere, or when apt-get fails, those tests skip and say why.
+CLUSTER_PACKAGES := slurmctld slurmd slurm-client munge postgresql
+
+cluster-engines:
+	@if command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v munged >/dev/null \
+		&& command -v sbatch >/dev/null && [ -x /usr/lib/postgresql/15/bin/initdb ]; then \
+		true; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		(apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(CLUSTER_PACKAGES)) \
+			|| echo "make cluster-engines: apt-get could not install $(CLUSTER_PACKAGES); the cluster tests will skip"; \
+	else \
+		echo "make cluster-engines: Slurm/PostgreSQL missing and not root with apt-get; the cluster tests will skip"; \
+	fi
+
 # The venv's bin/ on PATH: Airflow starts its subcommands as a bare `airflow`; hadolint and docker-compose
 # (from the dev extra) validate docker/.
-test: install oracle browser
+test: install oracle browser cluster-engines
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/python -m pytest -q $(PYTEST_ARGS)
 
 # Airflow on 127.0.0.1 with SQLite: triggers corpus_build on the bundled sample snapshot, waits, prints the
