@@ -154,6 +154,12 @@ class PretrainOperator(ModuleJobOperator):
     ``tokens``: the tokenize task's output (a dict with ``tokens`` and ``root``) or a tokens folder. The run
     folder is ``{root}/pretrain/{run_name}``; training resumes from its latest checkpoint.
     Returns ``{"run_dir", "hf_dir", "train": …, "export": …}``.
+
+    ``executor="slurm"`` runs the training as a Slurm job instead (:func:`operators.slurm.submit_pretrain`):
+    ``slurm`` holds :class:`pretrain.slurm.SlurmJobConfig`'s fields (``nodes``, ``gpus_per_node``,
+    ``partition``, ``account``, ``time``, ``sbatch_lines``, ``env``…); the task waits in the triggerer, fails
+    with the job's log tail, cancels the job when killed or cleared, and a resubmission resumes from the
+    latest checkpoint. The export then runs here, as with ``executor="local"``.
     """
 
     template_fields: Sequence[str] = (
@@ -165,6 +171,8 @@ class PretrainOperator(ModuleJobOperator):
         "nproc",
         "extra_arguments",
         "run_name",
+        "executor",
+        "slurm",
     )
 
     def __init__(
@@ -178,6 +186,8 @@ class PretrainOperator(ModuleJobOperator):
         nproc: Any = 1,
         extra_arguments: Any = (),
         run_name: Any = None,
+        executor: Any = "local",
+        slurm: Any = None,
         **kwargs,
     ):
         super().__init__(
@@ -194,10 +204,16 @@ class PretrainOperator(ModuleJobOperator):
         self.nproc = nproc
         self.extra_arguments = extra_arguments
         self.run_name = run_name
+        self.executor = executor
+        self.slurm = slurm
 
     def execute(self, context: Any) -> dict[str, Any]:
         import os
 
+        from airflow.sdk.exceptions import AirflowFailException
+
+        if self.executor not in ("local", "slurm"):
+            raise AirflowFailException(f"{self.task_id}: executor={self.executor!r}: use 'local' or 'slurm'")
         tokens = self.tokens["tokens"] if isinstance(self.tokens, dict) else self.tokens
         tokens = _local_dir(tokens, "tokens folder")
         root = os.path.dirname(tokens.rstrip("/"))
@@ -207,7 +223,7 @@ class PretrainOperator(ModuleJobOperator):
         run_dir = os.path.join(
             root, "pretrain", str(self.run_name or f"{self.model}-{self.train_steps}steps")
         )
-        if int(self.nproc) > 1:
+        if int(self.nproc) > 1 and self.executor == "local":
             self.launcher = ["torchrun", "--standalone", "--nproc-per-node", str(int(self.nproc)), "-m"]
         self.arguments = [
             "train",
@@ -225,7 +241,31 @@ class PretrainOperator(ModuleJobOperator):
             self.device,
             *(self.extra_arguments or []),
         ]
+        if self.executor == "slurm":
+            from operators.slurm import submit_pretrain
+
+            submit_pretrain(self, context, run_dir, root)  # defers to execute_slurm_complete
         train = super().execute(context)
+        return self._export(context, run_dir, root, train["result"])
+
+    def execute_slurm_complete(
+        self, context: Any, event: dict[str, Any], run_dir: str, root: str, **job: Any
+    ) -> dict[str, Any]:
+        """Resumed when the Slurm training job ended: fail with its log tail, or export as locally."""
+        from operators.slurm import job_outcome
+
+        train = job_outcome(self, event, f"{self.task_id}: pretraining")
+        return self._export(context, run_dir, root, train["result"])
+
+    def on_kill(self) -> None:
+        from operators.slurm import on_kill_cancel
+
+        on_kill_cancel(self)
+        super().on_kill()
+
+    def _export(self, context: Any, run_dir: str, root: str, train: Any) -> dict[str, Any]:
+        import os
+
         self.launcher = None
         hf_dir = os.path.join(run_dir, "hf")
         self.arguments = ["export", "--checkpoint", run_dir, "--out", hf_dir]
@@ -234,7 +274,7 @@ class PretrainOperator(ModuleJobOperator):
             "run_dir": run_dir,
             "hf_dir": hf_dir,
             "root": root,
-            "train": train["result"],
+            "train": train,
             "export": export["result"],
         }
 

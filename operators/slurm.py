@@ -1,0 +1,211 @@
+"""Slurm jobs from Airflow tasks: submit with ``sbatch``, wait in the triggerer (no worker slot held), fail
+with the job's log tail, cancel with ``scancel`` when the task is killed or cleared.
+
+- :class:`SlurmJobTrigger` polls ``scontrol show job`` (``sacct`` once Slurm forgot the job) for a list of
+  jobs every ``poll_seconds`` and fires once all have finished, or one has failed or can never start (a
+  failed dependency). Its ``on_kill`` (the task marked failed or cleared while deferred) cancels the jobs.
+- :func:`submit_and_defer` submits a script and defers the task to that trigger; :func:`job_outcome` turns
+  the trigger's event back into the job's result, or into the task's failure naming the job, its state,
+  reason and exit code, and the end of its log.
+- :func:`submit_pretrain` is :class:`operators.jobs.PretrainOperator`'s ``executor="slurm"``: the training
+  command it would run locally, as an ``sbatch`` script from :mod:`pretrain.slurm` (``srun`` + ``torchrun``
+  on every node). A retried or cleared task submits again and training resumes from the run's latest
+  checkpoint.
+
+The Slurm client commands must be on the PATH of the Airflow worker and triggerer; ``SLURM_CONF`` in the
+submitting process's environment is passed on to the trigger.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from pretrain import slurm as slurm_jobs
+
+__all__ = ["SlurmJobTrigger", "job_outcome", "slurm_environment", "submit_and_defer", "submit_pretrain"]
+
+#: Environment variables of the submitting process that say which Slurm cluster to talk to.
+_SLURM_VARIABLES = ("SLURM_CONF", "PATH")
+
+
+def slurm_environment() -> dict[str, str]:
+    """The variables of this process that select the Slurm cluster (passed to the trigger)."""
+    return {name: os.environ[name] for name in _SLURM_VARIABLES if name in os.environ}
+
+
+class SlurmJobTrigger(BaseTrigger):
+    """Wait for Slurm jobs to finish.
+
+    Fires one event: ``{"status": "success" | "failed", "jobs": [state dicts…], "logs": [paths…]}``;
+    ``failed`` as soon as one job failed or will never start.
+
+    Args:
+        job_ids: The jobs (array jobs count as done when all their tasks are).
+        env: Environment of the Slurm commands (``SLURM_CONF``, ``PATH``); ``None``: the triggerer's.
+        poll_seconds: Seconds between two looks.
+        logs: The jobs' log files, carried into the event.
+    """
+
+    def __init__(
+        self,
+        job_ids: Sequence[str],
+        env: dict[str, str] | None = None,
+        poll_seconds: float = 30.0,
+        logs: Sequence[str] = (),
+    ) -> None:
+        super().__init__()
+        self.job_ids = [str(j) for j in job_ids]
+        self.env = dict(env) if env else None
+        self.poll_seconds = float(poll_seconds)
+        self.logs = [str(p) for p in logs]
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            "operators.slurm.SlurmJobTrigger",
+            {"job_ids": self.job_ids, "env": self.env, "poll_seconds": self.poll_seconds, "logs": self.logs},
+        )
+
+    def _env(self) -> dict[str, str] | None:
+        return {**os.environ, **self.env} if self.env else None
+
+    def poll(self) -> tuple[str | None, list[slurm_jobs.SlurmJobState]]:
+        """One look at every job: ``("success" | "failed" | None, states)`` (None: still running)."""
+        states = [slurm_jobs.job_state(job, self._env()) for job in self.job_ids]
+        if any(not s.active and not s.succeeded for s in states):
+            return "failed", states
+        if all(s.succeeded for s in states):
+            return "success", states
+        return None, states
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        last = None
+        while True:
+            try:
+                status, states = await asyncio.to_thread(self.poll)
+            except slurm_jobs.SlurmError as error:  # the controller restarting: look again later
+                self.log.warning("slurm: %s; retrying in %.0f s", error, self.poll_seconds)
+                status, states = None, []
+            summary = ", ".join(f"{s.job_id} {s.state}" for s in states)
+            if summary and summary != last:
+                self.log.info("slurm: %s", summary)
+                last = summary
+            if status is not None:
+                yield TriggerEvent({"status": status, "jobs": [vars(s) for s in states], "logs": self.logs})
+                return
+            await asyncio.sleep(self.poll_seconds)
+
+    async def on_kill(self) -> None:
+        """The task was marked failed, cleared or killed while waiting: cancel the jobs."""
+        for job in self.job_ids:
+            with contextlib.suppress(slurm_jobs.SlurmError):
+                await asyncio.to_thread(slurm_jobs.cancel, job, self._env())
+
+
+def submit_and_defer(
+    operator: Any,
+    script: str,
+    script_path: str,
+    log_path: str,
+    *,
+    method_name: str,
+    poll_seconds: float = 30.0,
+    kwargs: dict[str, Any] | None = None,
+) -> None:
+    """Submit ``script`` (written to ``script_path``) and defer ``operator`` until the job ends.
+
+    ``operator.{method_name}(context, event, **kwargs)`` is called when it does; ``kwargs`` gets
+    ``job_id`` and ``log``. ``operator._slurm_job_id`` is set so that ``on_kill`` can cancel the job.
+    """
+    env = {**os.environ, **slurm_environment()}
+    job_id = slurm_jobs.submit(script, script_path, env)
+    operator._slurm_job_id = job_id
+    log = log_path.replace("%j", job_id)
+    operator.log.info("submitted Slurm job %s (script %s, log %s)", job_id, script_path, log)
+    operator.defer(
+        trigger=SlurmJobTrigger([job_id], slurm_environment(), poll_seconds, [log]),
+        method_name=method_name,
+        kwargs={**(kwargs or {}), "job_id": job_id, "log": log},
+    )
+
+
+def _last_json(path: str) -> dict[str, Any] | None:
+    result = None
+    with contextlib.suppress(OSError), open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            line = line.strip()
+            if line.startswith("{") and line.endswith("}"):
+                with contextlib.suppress(json.JSONDecodeError):
+                    result = json.loads(line)
+    return result
+
+
+def job_outcome(operator: Any, event: dict[str, Any], what: str, tail_lines: int = 40) -> dict[str, Any]:
+    """The job's result (the last JSON line of its log, as :class:`~operators.jobs.ModuleJobOperator`
+    returns it) or, when it failed, an ``AirflowException`` naming its state and reason with its log tail.
+
+    The log's tail goes into the task log either way.
+    """
+    from airflow.sdk.exceptions import AirflowException
+
+    logs = [p for p in event.get("logs") or [] if p]
+    for path in logs:
+        tail = slurm_jobs.log_tail(path, tail_lines)
+        operator.log.info("--- end of %s ---\n%s", path, tail)
+    jobs = [slurm_jobs.SlurmJobState(**job) for job in event.get("jobs") or []]
+    if event.get("status") != "success":
+        bad = [j for j in jobs if not j.succeeded] or jobs
+        described = "; ".join(j.describe() for j in bad) or "Slurm job state unknown"
+        tails = "\n".join(slurm_jobs.log_tail(p, tail_lines) for p in logs)
+        raise AirflowException(
+            f"{what}: {described}. Clearing this task (or its retry) submits the job again"
+            f"{' and resumes from the latest checkpoint' if 'pretrain' in what else ''}. "
+            f"Log {', '.join(logs) or '(none)'} ends:\n{tails}"
+        )
+    return {"jobs": [j.job_id for j in jobs], "result": _last_json(logs[-1]) if logs else None}
+
+
+def on_kill_cancel(operator: Any) -> None:
+    """Cancel the job ``operator`` submitted (``on_kill`` while it was still in the worker)."""
+    job_id = getattr(operator, "_slurm_job_id", None)
+    if job_id:
+        with contextlib.suppress(slurm_jobs.SlurmError):
+            slurm_jobs.cancel(job_id, {**os.environ, **slurm_environment()})
+
+
+def submit_pretrain(operator: Any, context: Any, run_dir: str, root: str) -> None:
+    """``PretrainOperator(executor="slurm")``: submit the training as an ``sbatch`` job and defer.
+
+    The script and logs go to ``{run_dir}/slurm/``; the job is named ``pretrain-{run}`` unless the Slurm
+    options name it. Resumes in :meth:`~operators.jobs.PretrainOperator.execute_slurm_complete`.
+    """
+    from airflow.sdk.exceptions import AirflowFailException
+
+    try:
+        config = slurm_jobs.SlurmJobConfig.from_dict(operator.slurm)
+    except (TypeError, ValueError) as error:
+        raise AirflowFailException(f"{operator.task_id}: slurm={operator.slurm!r}: {error}") from None
+    nproc = int(operator.nproc or 1)
+    if not config.gpus_per_node and nproc > 1 and config.processes_per_node == 1:
+        config = slurm_jobs.SlurmJobConfig.from_dict({**config.to_dict(), "processes_per_node": nproc})
+    log_dir = os.path.join(run_dir, "slurm")
+    os.makedirs(log_dir, exist_ok=True)
+    name = f"pretrain-{os.path.basename(run_dir.rstrip('/'))}"
+    script = slurm_jobs.render_sbatch(config, operator.arguments, job_name=name, log_dir=log_dir)
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    submit_and_defer(
+        operator,
+        script,
+        os.path.join(log_dir, f"{name}-{stamp}.sbatch"),
+        os.path.join(log_dir, "slurm-%j.out"),
+        method_name="execute_slurm_complete",
+        poll_seconds=config.poll_seconds,
+        kwargs={"run_dir": run_dir, "root": root},
+    )
