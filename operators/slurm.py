@@ -7,6 +7,10 @@ with the job's log tail, cancel with ``scancel`` when the task is killed or clea
 - :func:`submit_and_defer` submits a script and defers the task to that trigger; :func:`job_outcome` turns
   the trigger's event back into the job's result, or into the task's failure naming the job, its state,
   reason and exit code, and the end of its log.
+- :class:`SlurmRefineOperator` is the refine task on Slurm: datatrove's own ``SlurmPipelineExecutor``
+  submits the passes as a chain of jobs (:func:`dripper_core.refine.run_refine` with ``executor="slurm"``),
+  the trigger waits for them, and :func:`dripper_core.refine.pipeline.complete_refine` checks every task
+  and writes the summary; a failed job cancels the rest of the chain.
 - :func:`submit_pretrain` is :class:`operators.jobs.PretrainOperator`'s ``executor="slurm"``: the training
   command it would run locally, as an ``sbatch`` script from :mod:`pretrain.slurm` (``srun`` + ``torchrun``
   on every node). A retried or cleared task submits again and training resumes from the run's latest
@@ -28,9 +32,17 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from operators.corpus import RefineOperator
 from pretrain import slurm as slurm_jobs
 
-__all__ = ["SlurmJobTrigger", "job_outcome", "slurm_environment", "submit_and_defer", "submit_pretrain"]
+__all__ = [
+    "SlurmJobTrigger",
+    "SlurmRefineOperator",
+    "job_outcome",
+    "slurm_environment",
+    "submit_and_defer",
+    "submit_pretrain",
+]
 
 #: Environment variables of the submitting process that say which Slurm cluster to talk to.
 _SLURM_VARIABLES = ("SLURM_CONF", "PATH")
@@ -155,13 +167,15 @@ def job_outcome(operator: Any, event: dict[str, Any], what: str, tail_lines: int
     """
     from airflow.sdk.exceptions import AirflowException
 
+    jobs = [slurm_jobs.SlurmJobState(**job) for job in event.get("jobs") or []]
+    bad = [j for j in jobs if not j.succeeded] or jobs
     logs = [p for p in event.get("logs") or [] if p]
+    if event.get("status") != "success":
+        logs += [j.log for j in bad if j.log and j.log not in logs and os.path.exists(j.log)]
     for path in logs:
         tail = slurm_jobs.log_tail(path, tail_lines)
         operator.log.info("--- end of %s ---\n%s", path, tail)
-    jobs = [slurm_jobs.SlurmJobState(**job) for job in event.get("jobs") or []]
     if event.get("status") != "success":
-        bad = [j for j in jobs if not j.succeeded] or jobs
         described = "; ".join(j.describe() for j in bad) or "Slurm job state unknown"
         tails = "\n".join(slurm_jobs.log_tail(p, tail_lines) for p in logs)
         raise AirflowException(
@@ -209,3 +223,91 @@ def submit_pretrain(operator: Any, context: Any, run_dir: str, root: str) -> Non
         poll_seconds=config.poll_seconds,
         kwargs={"run_dir": run_dir, "root": root},
     )
+
+
+class SlurmRefineOperator(RefineOperator):
+    """:class:`~operators.corpus.RefineOperator` on Slurm through datatrove's ``SlurmPipelineExecutor``.
+
+    ``slurm``: the executor's options (``partition`` and ``time`` required; ``qos``, ``cpus_per_task``,
+    ``mem_per_cpu_gb``, ``sbatch_args``, ``venv_path``, ``job_name``…) plus ``poll_seconds`` (30). The
+    passes are submitted as a chain of jobs, the task waits in the triggerer, and when the last job ended
+    every task's completion marker is checked and the summary written. A failed job fails the task with
+    its log tail and cancels the jobs still queued behind it; clearing the task resubmits only the datatrove
+    tasks that did not finish. Returns what ``RefineOperator`` returns.
+    """
+
+    template_fields: Sequence[str] = (*RefineOperator.template_fields, "slurm")
+
+    def __init__(self, *, slurm: Any, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.slurm = slurm
+
+    def config(self) -> dict[str, Any]:
+        from airflow.sdk.exceptions import AirflowFailException
+
+        options = dict(self.slurm or {})
+        options.pop("poll_seconds", None)
+        missing = [name for name in ("partition", "time") if not options.get(name)]
+        if missing:
+            raise AirflowFailException(
+                f"{self.task_id}: slurm options {missing} are required (e.g. "
+                '{"partition": "cpu", "time": "04:00:00"}), as datatrove\'s SlurmPipelineExecutor needs them'
+            )
+        return {**super().config(), "executor": "slurm", "executor_options": options}
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from dripper_core.refine import run_refine
+
+        # datatrove calls sbatch with this process's environment (SLURM_CONF, PATH).
+        submitted = run_refine(
+            self.root,
+            self.root,
+            self.config(),
+            storage_options=self.hook(self.root).storage_options,
+            force=bool(self.force),
+        )
+        jobs = submitted["submitted"]
+        if not jobs:  # every task finished in an earlier run
+            return self.execute_complete(context, {"status": "success", "jobs": []}, jobs=[])
+        self.log.info("refine: submitted Slurm jobs %s (logs under %s)", jobs, submitted["slurm_logs"])
+        self._slurm_job_id = jobs[-1]
+        self.defer(
+            trigger=SlurmJobTrigger(
+                jobs, slurm_environment(), float((self.slurm or {}).get("poll_seconds", 30))
+            ),
+            method_name="execute_complete",
+            kwargs={"jobs": jobs},
+        )
+
+    def execute_complete(self, context: Any, event: dict[str, Any], jobs: Sequence[str]) -> dict[str, Any]:
+        """Resumed when the jobs ended: fail (cancelling the rest of the chain) or summarize."""
+        from dripper_core.io.storage import join_path
+        from dripper_core.refine.pipeline import complete_refine
+
+        if event.get("status") != "success":
+            for job in jobs:
+                with contextlib.suppress(slurm_jobs.SlurmError):
+                    slurm_jobs.cancel(job, {**os.environ, **slurm_environment()})
+        job_outcome(self, event, f"{self.task_id}: refinement")
+        summary = complete_refine(self.root, self.hook(self.root).storage_options)
+        keep = (
+            "documents_in",
+            "documents_out",
+            "tokens_in",
+            "tokens_out",
+            "token_unit",
+            "dropped",
+            "balanced",
+        )
+        result = {key: summary[key] for key in (*keep, "complete") if key in summary}
+        result["steps"] = [row["step"] for row in summary.get("steps", [])[1:]]
+        result.update(
+            root=self.root,
+            corpus=join_path(self.root, "corpus"),
+            summary=join_path(self.root, "refine", "_summary.json"),
+            slurm_jobs=list(jobs),
+        )
+        return result
+
+    def on_kill(self) -> None:
+        on_kill_cancel(self)

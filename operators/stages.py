@@ -20,10 +20,12 @@ SimplifyBatchOperator         ``simplify_shard`` for one batch of shards, via ``
 RecordSimplifyOperator        ``record_stage_run`` once every batch is done
 ExtractOperator               ``extract_stage``
 RefineOperator                ``dripper_core.refine.run_refine`` (without tokenize)
+SlurmRefineOperator           the same through datatrove's ``SlurmPipelineExecutor``, awaited in the triggerer
 TokenizeOperator              ``MegatronTokenWriter`` per corpus file + ``write_tokens_summary``
 PublishCorpusOperator         writes ``_build_summary.json``, emits the corpus asset
 ModuleJobOperator             ``python -m MODULE …`` in a process of its own (long jobs: training, evaluation)
-PretrainOperator              ``python -m pretrain train`` (``torchrun`` on GPUs) and ``… export``
+PretrainOperator              ``python -m pretrain train`` (``torchrun`` on GPUs, or an ``sbatch`` job with
+                              ``executor="slurm"``: :mod:`operators.slurm`) and ``… export``
 ExtractionBenchmarkOperator   ``python -m eval.extraction``; stores the table under the storage root
 EvaluateOperator              ``python -m eval.lm_suite`` on an exported model
 AblationReportOperator        ``python -m eval.report`` over the runs of an ablation
@@ -55,6 +57,7 @@ from operators.jobs import (
     ModuleJobOperator,
     PretrainOperator,
 )
+from operators.slurm import SlurmJobTrigger, SlurmRefineOperator
 from operators.snapshots import (
     FindNewCrawlsOperator,
     RecordKnownCrawlsOperator,
@@ -79,6 +82,8 @@ __all__ = [
     "RefineOperator",
     "SelectWarcsOperator",
     "SimplifyBatchOperator",
+    "SlurmJobTrigger",
+    "SlurmRefineOperator",
     "TokenizeOperator",
     "WriteCrawlManifestOperator",
     "labeler_options_with_model",

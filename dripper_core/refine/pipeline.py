@@ -30,8 +30,11 @@ the first run (extracted shards finished later are not picked up: refine into a 
 
 **At scale.** ``executor="slurm"`` builds the same passes as ``SlurmPipelineExecutor`` jobs chained with
 ``depends`` (``executor_options`` must give ``partition`` and ``time``; ``sbatch_args``, ``cpus_per_task``,
-``venv_path``… pass through) and submits them; the call returns once they are queued, and
-:func:`~dripper_core.refine.summary.summarize_refine` writes the summary after the last job. ``executor="ray"``
+``qos``, ``venv_path``… pass through; ``job_name`` prefixes each pass's name, ``refine_{pass}`` by default;
+without ``venv_path``/``env_command``/``condaenv`` the jobs find datatrove's ``launch_pickled_pipeline``
+beside this interpreter) and submits them; the call returns once they are queued with their job ids, and
+:func:`complete_refine` checks every task finished and writes the summary after the last job
+(:class:`operators.slurm.SlurmRefineOperator` waits for the jobs in Airflow's triggerer, then calls it). ``executor="ray"``
 runs the passes with ``RayPipelineExecutor`` on the Ray cluster ``ray.init()`` connects to (options such as
 ``cpus_per_task``, ``mem_per_cpu_gb`` pass through). Both need ``output_root`` on storage every node sees
 (S3, a shared filesystem).
@@ -59,7 +62,7 @@ from dripper_core.refine import steps as step_configs
 from dripper_core.refine.steps import RefineConfig
 from dripper_core.refine.summary import PLAN_NAME, AuditPoint, ExclusionWriter, summarize_refine
 
-__all__ = ["REFINE_DIR", "Pass", "RefineError", "build_passes", "run_refine", "main"]
+__all__ = ["REFINE_DIR", "Pass", "RefineError", "build_passes", "complete_refine", "run_refine", "main"]
 
 log = logging.getLogger(__name__)
 
@@ -490,7 +493,11 @@ def _executor(p: Pass, layout: Layout, config: RefineConfig, depends: Any, stora
                 f'executor=\'slurm\' needs executor_options {missing} (e.g. {{"partition": "cpu", '
                 '"time": "04:00:00"}})'
             )
-        options.setdefault("job_name", f"refine_{p.name}")
+        options["job_name"] = f"{options.get('job_name') or 'refine'}_{p.name}"
+        if not any(options.get(name) for name in ("env_command", "condaenv", "venv_path")):
+            # The job runs datatrove's launch_pickled_pipeline: the one installed beside this interpreter.
+            bin_dir = os.path.dirname(sys.executable)
+            options["env_command"] = f'export PATH="{bin_dir}:$PATH"'
         return SlurmPipelineExecutor(p.pipeline, depends=depends, **common, **options)
     from datatrove.executor import RayPipelineExecutor
 
@@ -646,26 +653,59 @@ def run_refine(
         )
     if config.executor == "slurm":
         executors[-1].run()  # submits the whole chain through `depends`
+        submitted = [str(e.job_id) for e in executors if e.job_id not in (None, -1, "-1")]
         return {
-            "submitted": [getattr(e, "job_id", None) for e in executors],
+            "submitted": submitted,
             "output_root": layout.output_root,
+            "slurm_logs": [e.slurm_logs_folder for e in executors],
         }
     pass_seconds: dict[str, float] = {}
     for p, executor in zip(passes, executors, strict=True):
         pass_started = time.perf_counter()
         executor.run()
         pass_seconds[p.name] = round(time.perf_counter() - pass_started, 3)
+        _check_complete([p], [executor], layout)
+    return summarize_refine(
+        layout.output_root,
+        storage_options,
+        extra={"wall_seconds": round(time.perf_counter() - started, 3), "pass_wall_seconds": pass_seconds},
+    )
+
+
+def _check_complete(passes: Sequence[Pass], executors: Sequence[Any], layout: Layout) -> None:
+    for p, executor in zip(passes, executors, strict=True):
         incomplete = executor.get_incomplete_ranks(skip_completed=True)
         if incomplete:
             raise RefineError(
                 f"refine pass {p.name!r}: tasks {incomplete[:10]} did not finish (see {layout.logs(p.name)}/logs); "
                 "rerun to resume: finished tasks are skipped"
             )
-    return summarize_refine(
-        layout.output_root,
-        storage_options,
-        extra={"wall_seconds": round(time.perf_counter() - started, 3), "pass_wall_seconds": pass_seconds},
-    )
+
+
+def complete_refine(
+    output_root: str, storage_options: dict[str, Any] | None = None, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """After the Slurm (or Ray) jobs of :func:`run_refine` ended: check that every task of every pass left
+    its completion marker, then write and return the summary (as :func:`run_refine` does locally).
+
+    Raises:
+        RefineError: a pass left tasks unfinished (run :func:`run_refine` again to resubmit only those).
+        FileNotFoundError: ``output_root`` has no refinement plan (run :func:`run_refine` first).
+    """
+    from dataclasses import replace
+
+    fs, out = filesystem_for(_root(output_root), storage_options)
+    plan_path = posixpath.join(out.rstrip("/"), REFINE_DIR, PLAN_NAME)
+    plan = _read_json(fs, plan_path)
+    if plan is None:
+        raise FileNotFoundError(f"{plan_path}: no refinement plan; run run_refine first")
+    config = RefineConfig.from_dict(plan["config"])
+    layout = Layout(plan["input_root"], plan["output_root"])
+    passes = build_passes(layout, plan["inputs"], config, storage_options)
+    # Local executors only read the completion markers here: nothing is submitted.
+    local = replace(config, executor="local", executor_options={})
+    _check_complete(passes, build_executors(passes, layout, local, storage_options), layout)
+    return summarize_refine(layout.output_root, storage_options, extra=extra)
 
 
 def _root(path: Any) -> str:
