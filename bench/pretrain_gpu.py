@@ -11,6 +11,8 @@ MFU = model FLOPs per token (6N + 12·layers·hidden·seq, PaLM appendix B) x to
 the dense bf16 datasheet figure of the GPU (989 TFLOP/s for H100/H200 SXM) unless ``--peak-tflops`` says
 otherwise; the script also measures a large bf16 matmul in the same run and reports MFU against that
 ceiling. It stops timing early when ``--max-seconds`` is reached, so it ends well under 6 minutes.
+``--jsonl FILE`` appends one JSON line per training step as it ends and the result line last, so a run
+cut off by a time limit keeps its step times (``bench/gpu_suite.py`` uses that).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -74,8 +77,11 @@ def measure_matmul_tflops(device: torch.device, size: int = 8192, repeats: int =
     return 2 * size**3 * repeats / (time.perf_counter() - start) / 1e12
 
 
-def run_benchmark(bench: BenchConfig) -> dict:
-    """Build the model, train ``warmup_steps + steps`` steps on random tokens, return the measurements."""
+def run_benchmark(bench: BenchConfig, on_step: Callable[[dict], None] | None = None) -> dict:
+    """Build the model, train ``warmup_steps + steps`` steps on random tokens, return the measurements.
+
+    ``on_step`` gets ``{"step", "seconds", "loss", "warmup"}`` after every step.
+    """
     from pretrain.config import TrainConfig
     from pretrain.model import build_model, init_parallel, set_seed
     from pretrain.train import build_optimizer, clip_grad_norm, forward_backward
@@ -127,6 +133,9 @@ def run_benchmark(bench: BenchConfig) -> dict:
         losses.append(loss)
         if step >= bench.warmup_steps:
             step_seconds.append(seconds)
+        if on_step is not None:
+            warmup = step < bench.warmup_steps
+            on_step({"step": step, "seconds": round(seconds, 4), "loss": round(loss, 4), "warmup": warmup})
         if time.perf_counter() - wall_start > bench.max_seconds and step_seconds:
             break
 
@@ -178,7 +187,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-matmul", action="store_true", help="skip the matmul ceiling measurement")
     parser.add_argument("--max-seconds", type=float, default=defaults.max_seconds)
     parser.add_argument("--out", type=Path, default=None, help="also write the result JSON here")
+    parser.add_argument(
+        "--jsonl", type=Path, default=None, help="append a JSON line per step, then the result line, here"
+    )
+    parser.add_argument("--tag", default=None, help='a run name added to every --jsonl line (as "run")')
     args = parser.parse_args(argv)
+
+    def append(record: dict) -> None:
+        if args.jsonl is not None:
+            tagged = {"run": args.tag, **record} if args.tag else record
+            with args.jsonl.open("a", encoding="utf-8") as out:
+                out.write(json.dumps(tagged) + "\n")
+
     bench = BenchConfig(
         model=args.model,
         vocab_size=args.vocab_size,
@@ -193,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
         measure_matmul=not args.no_matmul,
         max_seconds=args.max_seconds,
     )
-    result = run_benchmark(bench)
+    result = run_benchmark(bench, on_step=lambda step: append({"pretrain_step": step}))
+    append({"pretrain_result": result})
     text = json.dumps(result, indent=2)
     if args.out:
         args.out.write_text(text + "\n", encoding="utf-8")

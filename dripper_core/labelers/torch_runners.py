@@ -54,6 +54,9 @@ class SlotRunner:
             self.qk_norm = ("query_layernorm", "key_layernorm", "after_rope")
         else:
             self.qk_norm = None
+        if config.model_type == "hunyuan_v1_dense" and self.qk_norm is None:
+            # Another transformers version naming them otherwise: refuse rather than silently skip them.
+            raise ValueError("HunYuanDenseV1 attention without query_layernorm/key_layernorm")
         self.slots = 0
         self.length = 0
         self.keys: list[Any] = []

