@@ -1,0 +1,91 @@
+"""The simplify and extract stages on an external Dask cluster (``dask scheduler`` and two ``dask worker``
+processes started by the harness, as the command line starts them): outputs identical to the in-process
+run, and a worker killed mid-stage leaves a complete, identical output."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from dripper_core.stages.extract import extract_stage
+from dripper_core.stages.simplify import simplify_stage
+from tests.dripper_core.stages.conftest import (  # noqa: F401 - reference_run is a fixture
+    LONG_BLOCKS,
+    SAMPLE_SNAPSHOT,
+    comparable,
+    read_stage,
+    reference_run,
+)
+
+
+def test_stages_on_an_external_cluster_equal_the_in_process_run(dask_cluster, reference_run, tmp_path):  # noqa: F811
+    from distributed import Client, get_task_stream
+
+    root = str(tmp_path / "run")
+    started = time.perf_counter()
+    with Client(dask_cluster.address) as client, get_task_stream(client) as stream:
+        simplify = simplify_stage(SAMPLE_SNAPSHOT, root, scheduler=dask_cluster.address, progress=False)
+        extract = extract_stage(root, labeler=LONG_BLOCKS, scheduler=dask_cluster.address, progress=False)
+        names = {address: info["name"] for address, info in client.scheduler_info()["workers"].items()}
+    seconds = time.perf_counter() - started
+    assert (simplify.written, simplify.failed) == (4, {})
+    assert (extract.written, extract.failed) == (4, {})
+    assert comparable(read_stage(root, "simplified")) == comparable(reference_run["simplified"])
+    assert comparable(read_stage(root, "extracted")) == comparable(reference_run["extracted"])
+    # The shards ran on the external workers, both of them.
+    ran_on = {names.get(item["worker"]) for item in stream.data}
+    assert ran_on == {"w0", "w1"}, ran_on
+    print(f"simplify + extract on the external Dask cluster: {seconds:.1f} s")
+
+
+def test_worker_killed_mid_stage_leaves_a_complete_identical_output(dask_cluster, reference_run, tmp_path):  # noqa: F811
+    from distributed import Client
+
+    root = str(tmp_path / "run")
+    outcome: dict = {}
+
+    def run_stage():
+        try:
+            outcome["report"] = simplify_stage(
+                SAMPLE_SNAPSHOT, root, scheduler=dask_cluster.address, progress=False
+            )
+        except BaseException as error:  # re-raised below
+            outcome["error"] = error
+
+    try:
+        with Client(dask_cluster.address) as client:
+            thread = threading.Thread(target=run_stage)
+            thread.start()
+            deadline = time.monotonic() + 120
+            busy = []
+            while not busy and time.monotonic() < deadline:
+                busy = [address for address, keys in client.processing().items() if keys]
+                time.sleep(0.05)
+            assert busy, "no worker picked up a shard"
+            time.sleep(0.5)  # inside the shard (each takes seconds)
+            victim = client.scheduler_info()["workers"][busy[0]]["name"]
+            done_at_kill = len(list((tmp_path / "run" / "simplified").glob("part-*.done.json")))
+            dask_cluster.kill_worker(victim)
+            thread.join(timeout=300)
+            assert not thread.is_alive()
+        if "error" in outcome:
+            # Dask gave up on the shard: a rerun on the surviving worker finishes it.
+            report = simplify_stage(SAMPLE_SNAPSHOT, root, scheduler=dask_cluster.address, progress=False)
+        else:
+            report = outcome["report"]
+        assert done_at_kill < 4  # killed mid-stage
+        assert report.failed == {} and report.summary["complete"] is True
+        assert comparable(read_stage(root, "simplified")) == comparable(reference_run["simplified"])
+        print(
+            f"killed worker {victim} with {done_at_kill} of 4 shards done; "
+            f"written {report.written}, skipped {report.skipped}"
+        )
+    finally:
+        dask_cluster.restore()
+
+
+@pytest.fixture(autouse=True)
+def _all_workers(dask_cluster):
+    dask_cluster.restore()
