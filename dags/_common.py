@@ -17,6 +17,7 @@ Deployment defaults come from the environment (the names ``docker/compose.yaml``
 ``DRIPPER_DASK_WORKERS``    simplify's LocalCluster worker processes when no scheduler is set (``2``)
 ``DRIPPER_EXTRACT_WORKERS`` extract's LocalCluster worker processes, one labeler each (``1``)
 ``DRIPPER_BENCHMARK_DATA``  labelled pages for ``extraction_benchmark`` (the bundled sample by default)
+``DRIPPER_EVAL_SUITE``      the benchmark suite the ablation form proposes (``local``, offline, unless set)
 =========================== ==============================================================================
 """
 

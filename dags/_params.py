@@ -74,6 +74,14 @@ def extractor_ablation_params() -> dict[str, Param]:
             description="Pages with ground truth for the extraction-quality section of the report.",
             section=TRAINING,
         ),
+        "benchmark_limit": Param(
+            None,
+            type=["null", "integer"],
+            minimum=1,
+            title="Labelled pages per file",
+            description="Score at most this many labelled pages per file (empty: all).",
+            section=TRAINING,
+        ),
         "ablation_name": _name_param(
             "Ablation name", "Folder of this ablation's report under the selection", TRAINING
         ),
@@ -285,23 +293,19 @@ def labeler_params() -> dict[str, Param]:
 
 
 def extractors_params() -> dict[str, Param]:
-    """Several labelers to compare, with their options (extractor_ablation)."""
+    """The extractors to compare, as extractor specs (extractor_ablation; ``dripper_core.config.extractor``)."""
     return {
         "extractors": Param(
             list(dict.fromkeys([default_labeler(), "trafilatura"])),
             type="array",
-            items={"type": "string", "pattern": LABELER_PATTERN},
+            items={"type": "string", "minLength": 1},
             minItems=1,
             uniqueItems=True,
             title="Extractors",
-            description="Labelers to compare (cpu, trafilatura, vllm, openai, torch, module:factory).",
-            section=EXTRACTION,
-        ),
-        "extractor_options": Param(
-            {},
-            type="object",
-            title="Labeler options",
-            description='Per labeler, its options: {"vllm": {"model": "/models/MinerU-HTML"}}.',
+            description="One per line: a labeler name (cpu, trafilatura), or NAME=LABELER,key=value,… for a "
+            "named spec with options, e.g. v11=vllm,model=/models/MinerU-HTML-v1.1 or "
+            "v10=vllm,model=/models/MinerU-HTML,answer_format=json (also fallback=empty|none). The name "
+            "names the corpus folder and the report rows; checked before any WARC is read.",
             section=EXTRACTION,
         ),
     }
@@ -427,12 +431,24 @@ def training_params() -> dict[str, Param]:
             "More training options",
             'Passed to `python -m pretrain train`, e.g. ["--global-batch-size", "512"].',
         ),
+        "eval_every": Param(
+            10,
+            type="integer",
+            minimum=1,
+            title="Evaluate every N steps",
+            description="Checkpoint and score the model every so many steps (and at the last): the report's "
+            "scores over training tokens.",
+            section=TRAINING,
+        ),
         "eval_suite": Param(
-            "paper13",
+            env("DRIPPER_EVAL_SUITE", "local"),
             type="string",
             minLength=1,
+            examples=["local", "paper13"],
             title="Benchmark suite",
-            description="Suite file or name in eval/suites (paper13: the 13 benchmarks; local: offline).",
+            description="Suite name in eval/suites or a suite file: local (embedded, offline) or paper13 "
+            "(the paper's 13 benchmarks; their data must be in the Hugging Face cache, checked before any "
+            "WARC is read).",
             section=TRAINING,
         ),
         "eval_device": Param("cpu", type="string", minLength=1, title="Evaluation device", section=TRAINING),

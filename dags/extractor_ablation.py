@@ -1,18 +1,26 @@
 """extractor_ablation: does the extractor matter? One corpus per extractor from the same WARC files, a model
-pretrained on each, the models scored on the benchmark suite, and the ablation report.
+pretrained on each, its checkpoints scored on the benchmark suite, and the ablation report.
 
-    select_warcs → simplify (mapped over WARC batches) → record_simplify
+    check_extractors, check_suite → select_warcs → simplify (mapped over WARC batches) → record_simplify
     → extract → refine → tokenize → pretrain → evaluate      (each mapped over the extractors)
-    → extraction_quality (the labelers on a labelled page set) → ablation_report
+    → extraction_quality (the same extractor specs on a labelled page set) → ablation_report
+
+Extractors are specs (``dripper_core.config.extractor``): ``cpu``, ``trafilatura``, or
+``NAME=LABELER,key=value,…`` such as ``v10=vllm,model=/models/MinerU-HTML,answer_format=json``; the name is
+the corpus folder and the report row, so one labeler can sit in an ablation twice under two names. The
+specs and the benchmark suite's data are checked first: a bad field or a benchmark whose data is not here
+fails the run before any WARC is read or model trained.
 
 The WARC selection and its simplified pages are shared (``{storage_root}/runs/{crawl}/{selection}/``, the
 same folders ``corpus_build`` uses, so a corpus already built is reused); each extractor gets
-``…/extractors/{extractor}/`` with its corpus, tokens, ``pretrain/`` and ``eval/``; the report goes to
-``{selection}/ablations/{name}/report/``. Pretraining (``python -m pretrain``), evaluation
-(``python -m eval.lm_suite``) and the report (``python -m eval.report``) run in processes of their own; a
-worker without their modules (torch, Megatron-core, lm-eval, matplotlib) fails those tasks at once with a
-message naming the missing module, and the corpora before them are kept: clearing the tasks later resumes.
-Pretraining and evaluation read local files: the storage root must be a filesystem the workers mount.
+``…/extractors/{name}/`` with its corpus, tokens, ``pretrain/`` and ``eval/``; the report goes to
+``{selection}/ablations/{name}/report/``. Each model is checkpointed every ``eval_every`` steps and every
+checkpoint is scored, so the report shows scores over training tokens with their standard errors.
+Pretraining (``python -m pretrain``), evaluation (``python -m eval.lm_suite``) and the report
+(``python -m eval.report``) run in processes of their own; a worker without their modules fails those tasks
+at once with a message naming the missing module, and the corpora before them are kept: clearing the tasks
+later resumes. Pretraining and evaluation read local files: the storage root must be a filesystem the
+workers mount.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from airflow.sdk import DAG, task
 
 from operators.stages import (
     AblationReportOperator,
+    CheckSuiteOperator,
     EvaluateOperator,
     ExtractionBenchmarkOperator,
     ExtractOperator,
@@ -62,22 +71,28 @@ with DAG(
     doc_md=__doc__,
 ) as dag:
 
-    @task
-    def extractor_configs(params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        """One extract task per extractor: its labeler and options."""
-        options = params["extractor_options"] or {}
-        unknown = sorted(set(options) - set(params["extractors"]))
-        if unknown:
-            raise ValueError(
-                f"extractor_options names {unknown}, which are not in extractors {params['extractors']}"
-            )
-        return [
-            {"labeler": name, "labeler_options": options.get(name) or {}} for name in params["extractors"]
-        ]
+    @task(retries=0)
+    def check_extractors(params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """The extractor specs, validated (fields and labeler options); one extract task each."""
+        from airflow.sdk.exceptions import AirflowFailException
 
+        from dripper_core.config.extractor import ExtractorSpecError, check_labeler_options, parse_extractors
+
+        try:
+            specs = parse_extractors(params["extractors"])
+            check_labeler_options(specs)
+        except ExtractorSpecError as error:
+            raise AirflowFailException(str(error)) from None
+        return [spec.to_dict() for spec in specs]
+
+    specs = check_extractors()
+    check_suite = CheckSuiteOperator(
+        task_id="check_suite", **templated(suite="eval_suite", extra_arguments="eval_arguments"), retries=0
+    )
     select, record_simplify, selection_root = simplified_selection(from_asset_event=False)
-    extract = ExtractOperator.partial(task_id="extract", input_root=selection_root, **EXTRACT).expand_kwargs(
-        extractor_configs()
+    [specs, check_suite] >> select
+    extract = ExtractOperator.partial(task_id="extract", input_root=selection_root, **EXTRACT).expand(
+        extractor=specs
     )
     refine = RefineOperator.partial(task_id="refine", **REFINE).expand(root=extract.output.map(_root))
     tokenize = TokenizeOperator.partial(task_id="tokenize", **TOKENIZE).expand(root=refine.output.map(_root))
@@ -86,6 +101,7 @@ with DAG(
         **templated(
             "tokenizer",
             "train_steps",
+            "eval_every",
             model="pretrain_model",
             device="pretrain_device",
             nproc="pretrain_nproc",
@@ -106,7 +122,8 @@ with DAG(
     )
     extraction_quality = ExtractionBenchmarkOperator(
         task_id="extraction_quality",
-        **templated("aws_conn_id", data="benchmark_data", dripper_labelers="extractors"),
+        **templated("aws_conn_id", data="benchmark_data", limit="benchmark_limit"),
+        extractor_specs=specs,
         output_dir=ablation_dir + "/extraction",
         retries=0,
     )
@@ -117,6 +134,15 @@ with DAG(
         extraction=extraction_quality.output,
         output_dir=ablation_dir + "/report",
         title="Extractor ablation, {{ params.crawl_id }}",
+        run_description={
+            "crawl": "{{ params.crawl_id }}",
+            "warc_files": "{{ ti.xcom_pull(task_ids='select_warcs', key='selection')['warc_files'] }}",
+            "model": "{{ params.pretrain_model }}",
+            "train_steps": "{{ params.train_steps }}",
+            "eval_every": "{{ params.eval_every }}",
+            "suite": "{{ params.eval_suite }}",
+            "tokenizer": "{{ params.tokenizer }}",
+        },
         outlets=[ABLATION_REPORT_ASSET],
         retries=0,
     )

@@ -12,38 +12,52 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import logging
 import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from dripper_core.types import ExtractResult, Page
 
 OUTPUT_FORMATS = ("markdown", "html", "json")
 
 
-def read_pages(path: Path) -> Iterator[Page]:
+class PageSource:
     """Pages from a JSONL(.gz) file of records, or a single HTML file (id = file name).
 
     A record without ``id`` or ``html`` still yields a page (with an empty html), so it gets an output
-    record with its reason instead of vanishing.
+    record with its reason instead of vanishing. A truncated or corrupt file yields every record before the
+    damage; :attr:`damage` then says what stopped it (see :class:`dripper_core.io.jsonl.JsonlReader`).
     """
-    if path.suffix in (".html", ".htm") or (path.suffix != ".gz" and not _looks_like_jsonl(path)):
-        yield Page(doc_id=path.name, html=path.read_bytes())
-        return
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as lines:
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                yield Page(doc_id=f"line-{number}", html="", metadata={"input_error": f"bad JSON: {error}"})
-                continue
-            yield _page_from_record(record, number)
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.damage: str | None = None
+        self.records = 0
+
+    def __iter__(self) -> Iterator[Page]:
+        from dripper_core.io.jsonl import JsonlError, JsonlReader
+
+        path = self.path
+        if path.suffix in (".html", ".htm") or (path.suffix != ".gz" and not _looks_like_jsonl(path)):
+            self.records = 1
+            yield Page(doc_id=path.name, html=path.read_bytes())
+            return
+        reader = JsonlReader(path)
+        for number, record in reader:
+            self.records = reader.records
+            if isinstance(record, JsonlError):
+                yield Page(doc_id=f"line-{number}", html="", metadata={"input_error": record.message})
+            else:
+                yield _page_from_record(record, number)
+        self.records, self.damage = reader.records, reader.damage
+
+
+def read_pages(path: Path) -> Iterator[Page]:
+    """Pages from a JSONL(.gz) file or an HTML file (see :class:`PageSource`; damage ends the pages)."""
+    yield from PageSource(path)
 
 
 def _looks_like_jsonl(path: Path) -> bool:
@@ -95,6 +109,53 @@ def _progress(total: int | None):
     return tqdm(total=total, unit="page", desc="extract", file=sys.stderr)
 
 
+DUPLICATE_POLICIES = ("keep", "skip", "error")
+
+
+class _Interrupted(Exception):
+    pass
+
+
+def _stop_on_signals() -> tuple[dict[str, Any], Any]:
+    """SIGINT/SIGTERM set a flag the extraction loop checks between pages (the page being written is
+    finished, the output closed cleanly); a second signal stops at once."""
+    import signal
+
+    state: dict[str, Any] = {"signal": None}
+    previous = {}
+
+    def handler(number, frame):
+        if state["signal"] is not None:
+            raise KeyboardInterrupt
+        state["signal"] = signal.Signals(number).name
+
+    for number in (signal.SIGINT, signal.SIGTERM):
+        previous[number] = signal.signal(number, handler)
+
+    def restore() -> None:
+        for number, old in previous.items():
+            signal.signal(number, old)
+
+    return state, restore
+
+
+def _done_ids(path: Path) -> tuple[set[str], int]:
+    """Ids already in an output file (for ``--resume``); a damaged tail (an interrupted write) is cut off by
+    rewriting the complete records."""
+    from dripper_core.io.jsonl import JsonlError, JsonlReader
+
+    if not path.exists():
+        return set(), 0
+    reader = JsonlReader(path)
+    read = [record for _, record in reader]
+    records = [record for record in read if not isinstance(record, JsonlError)]
+    if reader.damage or len(records) < len(read):
+        with _open_output(path, append=False) as out:
+            for record in records:
+                out.write(json.dumps(record, ensure_ascii=False) + "\n")
+    return {str(record.get("id")) for record in records}, len(records)
+
+
 def run_extract(args: argparse.Namespace) -> int:
     from dripper_core.labelers import build_labeler
     from dripper_core.pipeline import ExtractOptions, Extractor
@@ -105,26 +166,60 @@ def run_extract(args: argparse.Namespace) -> int:
         max_page_bytes=args.max_page_bytes,
     )
     labeler_options = parse_key_values(args.labeler_option, "--labeler-option")
+    source = PageSource(Path(args.input))
+    to_stdout = args.output == "-"
+    if args.resume and to_stdout:
+        raise ValueError("--resume needs an output file, not stdout")
+    done, kept = _done_ids(Path(args.output)) if args.resume else (set(), 0)
     extractor = Extractor(build_labeler(args.labeler, **labeler_options), options)
-    pages = read_pages(Path(args.input))
-    if args.limit:
-        pages = (page for index, page in enumerate(pages) if index < args.limit)
-    out = sys.stdout if args.output == "-" else _open_output(Path(args.output))
+    seen: dict[str, int] = {}
+    duplicates: list[str] = []
+
+    def pages() -> Iterator[Page]:
+        for index, page in enumerate(source):
+            if args.limit and index >= args.limit:
+                return
+            if page.doc_id in seen:
+                duplicates.append(page.doc_id)
+                if args.on_duplicate == "error":
+                    raise ValueError(
+                        f"{args.input}: id {page.doc_id!r} appears again (record {index + 1}, first at record "
+                        f"{seen[page.doc_id] + 1}); use --on-duplicate keep|skip"
+                    )
+                if args.on_duplicate == "skip":
+                    continue
+            else:
+                seen[page.doc_id] = index
+            if page.doc_id in done:
+                continue  # written by the interrupted run this one resumes
+            if signals["signal"] is not None:
+                raise _Interrupted
+            yield page
+
+    out = sys.stdout if to_stdout else _open_output(Path(args.output), append=args.resume)
     reasons: Counter = Counter()
     by_extractor: Counter = Counter()
     started = time.perf_counter()
     bar = _progress(None)
     count = 0
+    signals, restore_signals = _stop_on_signals()
+    interrupted = None
     try:
-        for result in extractor.iter_extract(pages):
+        for result in extractor.iter_extract(pages()):
             out.write(json.dumps(result_record(result, args.format), ensure_ascii=False) + "\n")
+            out.flush()
             count += 1
             by_extractor[result.extractor] += 1
             if result.fallback_reason:
                 reasons[result.fallback_reason.split(":")[0]] += 1
             if bar is not None:
                 bar.update(1)
+            if signals["signal"] is not None:
+                raise _Interrupted
+    except (_Interrupted, KeyboardInterrupt):
+        interrupted = signals["signal"] or "SIGINT"
     finally:
+        restore_signals()
         if bar is not None:
             bar.close()
         if out is not sys.stdout:
@@ -137,17 +232,44 @@ def run_extract(args: argparse.Namespace) -> int:
         "pages_per_second": round(count / elapsed, 2) if elapsed else None,
         "by_extractor": dict(by_extractor),
         "fallback_reasons": dict(reasons),
+        "duplicate_ids": {"count": len(duplicates), "first": duplicates[:10], "policy": args.on_duplicate},
         "output": args.output,
     }
+    if args.resume:
+        summary["resumed_after"] = kept
+    if interrupted:
+        summary["interrupted"] = interrupted
     print(json.dumps(summary), file=sys.stderr)
+    if duplicates:
+        action = {"keep": "kept", "skip": "skipped (first record kept)"}[args.on_duplicate]
+        print(
+            f"dripper: warning: {len(duplicates)} records repeat an earlier id ({', '.join(duplicates[:5])}"
+            f"{', …' if len(duplicates) > 5 else ''}): {action}; --on-duplicate keep|skip|error",
+            file=sys.stderr,
+        )
+    if interrupted:
+        print(
+            f"dripper: interrupted ({interrupted}) after {count} records; the output holds every record written "
+            f"so far: rerun the same command with --resume to complete it",
+            file=sys.stderr,
+        )
+        return 130 if interrupted == "SIGINT" else 143
+    if source.damage:
+        print(
+            f"dripper: error: {args.input}: {source.damage}; read {source.records} records before the damage "
+            f"and wrote their results to {args.output}",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 
-def _open_output(path: Path):
+def _open_output(path: Path, append: bool = False):
     path.parent.mkdir(parents=True, exist_ok=True)
+    mode = "at" if append else "wt"
     if path.suffix == ".gz":
-        return gzip.open(path, "wt", encoding="utf-8")
-    return path.open("w", encoding="utf-8")
+        return gzip.open(path, mode, encoding="utf-8")  # appending adds a gzip member: still one file
+    return path.open(mode[0], encoding="utf-8")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -177,46 +299,24 @@ def build_parser() -> argparse.ArgumentParser:
     extract.add_argument("--batch-size", type=int, default=64, help="pages per labeler call")
     extract.add_argument("--max-page-bytes", type=int, default=20_000_000)
     extract.add_argument("--limit", type=int, default=0, help="stop after N pages (0: all)")
+    extract.add_argument(
+        "--on-duplicate",
+        default="keep",
+        choices=DUPLICATE_POLICIES,
+        help="a record whose id was seen before: keep it, skip it, or stop with an error (default: keep; "
+        "always counted in the summary)",
+    )
+    extract.add_argument(
+        "--resume",
+        action="store_true",
+        help="append to an existing output, skipping the ids already in it (after an interrupted run)",
+    )
     extract.set_defaults(handler=run_extract)
-    _add_run_parser(commands)
+    from dripper_core.cli_run import add_run_parser
+
+    add_run_parser(commands)
     add_train_labeler_parser(commands)
     return parser
-
-
-# -- dripper run simplify|extract ----------------------------------------------------------------------
-
-RUN_DESCRIPTION = """Run a data-plane stage over a run root (a local folder or a URL such as s3://bucket/run).
-
-Each stage writes {ROOT}/{stage}/part-NNNNN.parquet with a marker per finished shard, a stage summary,
-and {ROOT}/_run_summary.json (pages in and out, drops and fallbacks by reason, time per stage). A rerun
-skips finished shards: an interrupted run is resumed by running the same command again.
-"""
-
-SIMPLIFY_EPILOG = """--input forms (several may be given):
-  snapshot:CRAWL_ID[@BASE]   a crawl's warc.paths.gz under BASE: s3 (Common Crawl's bucket, the default),
-                             https (its HTTPS mirror) or a folder/URL laid out like Common Crawl,
-                             e.g. snapshot:CC-MAIN-SAMPLE@data/sample (the bundled sample)
-  PATH/warc.paths.gz         a listing; relative entries resolve against the folder above crawl-data/
-  FILE, FOLDER or GLOB       WARC files (.warc, .warc.gz), local or s3://…, e.g. 's3://b/crawl/*.warc.gz'
-Listed files are taken in a deterministic order (--seed); --count/--fraction take a prefix of it, so a
-larger --count keeps the shard numbers of a smaller one.
-
-examples:
-  dripper run simplify --input snapshot:CC-MAIN-SAMPLE@data/sample --output runs/sample --workers 2
-  dripper run simplify --input snapshot:CC-MAIN-2025-13 --count 10 --output s3://my-bucket/run \\
-      --storage-option endpoint_url=http://127.0.0.1:9000 --scheduler tcp://10.0.0.5:8786
-"""
-
-EXTRACT_EPILOG = """--labeler takes a registered name or an import path module:factory (a BlockLabeler factory).
-Extracted shard i is made from simplified shard i; only finished simplified shards are read. A rerun
-skips finished extracted shards whatever labeler made them: use a new --output root (or --force) to
-extract again with another labeler.
-
-examples:
-  dripper run extract --input runs/sample --output runs/sample --labeler trafilatura
-  dripper run extract --input s3://my-bucket/run --output s3://my-bucket/run --labeler vllm \\
-      --labeler-option model=/models/dripper --batch-size 256
-"""
 
 
 def _parse_value(text: str):
@@ -246,165 +346,25 @@ def parse_key_values(pairs: list[str] | None, flag: str) -> dict:
     return options
 
 
-def _add_common_run_options(parser: argparse.ArgumentParser, workers_help: str) -> None:
-    parser.add_argument("--workers", type=int, default=None, help=workers_help)
-    parser.add_argument(
-        "--scheduler", default=None, help="address of an existing Dask scheduler (tcp://host:8786)"
-    )
-    parser.add_argument(
-        "--storage-option",
-        action="append",
-        metavar="KEY=VALUE",
-        help="fsspec option of the run root, repeatable (endpoint_url=…, key=…, client_kwargs.region_name=…)",
-    )
-    parser.add_argument("--force", action="store_true", help="recompute shards that are already done")
-    parser.add_argument("--quiet", action="store_true", help="no progress display, warnings only")
-
-
-def _add_run_parser(commands) -> None:
-    from dripper_core.pipeline import DEFAULT_LABELER
-
-    run = commands.add_parser(
-        "run",
-        help="run a data-plane stage (simplify, extract) over a run root",
-        description=RUN_DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    stages = run.add_subparsers(dest="stage", required=True)
-
-    simplify = stages.add_parser(
-        "simplify",
-        help="WARC files → {ROOT}/simplified/ shards (Dask)",
-        description="Simplify the HTML pages of WARC files into {ROOT}/simplified/, one shard per WARC file.",
-        epilog=SIMPLIFY_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    simplify.add_argument("--input", required=True, nargs="+", help="WARC inputs (forms below)")
-    simplify.add_argument("--output", required=True, help="the run root")
-    _add_common_run_options(
-        simplify, "Dask LocalCluster worker processes (default: one per core; 0: in this process)"
-    )
-    simplify.add_argument(
-        "--input-storage-option",
-        action="append",
-        metavar="KEY=VALUE",
-        help="fsspec option of the inputs, repeatable (default: the --storage-option values)",
-    )
-    selection = simplify.add_mutually_exclusive_group()
-    selection.add_argument("--count", type=int, default=None, help="take this many WARC files")
-    selection.add_argument("--fraction", type=float, default=None, help="take this share of the WARC files")
-    simplify.add_argument("--seed", default="0", help="selection seed (default 0)")
-    simplify.add_argument("--warcs-per-shard", type=int, default=1, help="WARC files per shard (default 1)")
-    simplify.add_argument(
-        "--max-payload-bytes", type=int, default=None, help="larger WARC payloads are dropped as too_large"
-    )
-    simplify.set_defaults(handler=run_simplify_stage)
-
-    extract = stages.add_parser(
-        "extract",
-        help="{ROOT}/simplified/ → {ROOT}/extracted/ with a labeler",
-        description="Label the simplified pages of a run root and write {ROOT}/extracted/ (DESIGN.md columns).",
-        epilog=EXTRACT_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    extract.add_argument("--input", required=True, help="the run root holding simplified/")
-    extract.add_argument("--output", default=None, help="the run root for extracted/ (default: --input)")
-    extract.add_argument(
-        "--labeler",
-        default=DEFAULT_LABELER,
-        help=f"labeler name or module:factory (default {DEFAULT_LABELER})",
-    )
-    extract.add_argument(
-        "--labeler-option", action="append", metavar="KEY=VALUE", help="labeler build option, repeatable"
-    )
-    extract.add_argument("--batch-size", type=int, default=64, help="pages per labeler call (default 64)")
-    extract.add_argument("--fallback", default="trafilatura", help="fallback name, or none")
-    _add_common_run_options(
-        extract,
-        "0 (default): in this process, one labeler (a GPU engine) for all shards; "
-        "N: a Dask LocalCluster of N processes, a labeler each",
-    )
-    extract.set_defaults(workers=0, handler=run_extract_stage)
-
-
-def _configure_run_logging(quiet: bool) -> bool | None:
-    """Log lines on a pipe, a progress bar on a terminal; returns the stage's ``progress`` argument."""
-    # Per-page complaints of the fallback extractor: each page's outcome is in its row already.
-    logging.getLogger("trafilatura").setLevel(logging.CRITICAL)
-    if quiet:
-        logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        return False
-    level = logging.WARNING if sys.stderr.isatty() else logging.INFO
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("distributed").setLevel(logging.WARNING)  # Dask's own start-up chatter
-    return None
-
-
-def _finish_stage(report) -> int:
-    print(json.dumps(report.to_dict(), indent=1))
-    return 0 if report.ok else 1
-
-
-def run_simplify_stage(args: argparse.Namespace) -> int:
-    from dripper_core.stages.simplify import SimplifyStageOptions, simplify_stage
-
-    progress = _configure_run_logging(args.quiet)
-    storage_options = parse_key_values(args.storage_option, "--storage-option")
-    input_options = (
-        parse_key_values(args.input_storage_option, "--input-storage-option")
-        if args.input_storage_option
-        else None
-    )
-    option_fields = {"warcs_per_shard": args.warcs_per_shard}
-    if args.max_payload_bytes is not None:
-        option_fields["max_payload_bytes"] = args.max_payload_bytes
-    report = simplify_stage(
-        args.input,
-        args.output,
-        workers=args.workers,
-        scheduler=args.scheduler,
-        options=SimplifyStageOptions(**option_fields),
-        storage_options=storage_options or None,
-        input_storage_options=input_options,
-        count=args.count,
-        fraction=args.fraction,
-        seed=int(args.seed) if args.seed.lstrip("-").isdigit() else args.seed,
-        force=args.force,
-        progress=progress,
-        raise_on_failure=False,
-    )
-    return _finish_stage(report)
-
-
-def run_extract_stage(args: argparse.Namespace) -> int:
-    from dripper_core.stages.extract import ExtractStageOptions, extract_stage
-
-    progress = _configure_run_logging(args.quiet)
-    report = extract_stage(
-        args.input,
-        args.output,
-        labeler=args.labeler,
-        labeler_options=parse_key_values(args.labeler_option, "--labeler-option") or None,
-        options=ExtractStageOptions(
-            batch_size=args.batch_size, fallback=None if args.fallback == "none" else args.fallback
-        ),
-        workers=args.workers,
-        scheduler=args.scheduler,
-        storage_options=parse_key_values(args.storage_option, "--storage-option") or None,
-        force=args.force,
-        progress=progress,
-        raise_on_failure=False,
-    )
-    return _finish_stage(report)
-
-
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    args = parser.parse_args(argv)
     try:
         return args.handler(args)
     except (FileNotFoundError, KeyError, ValueError) as error:
-        print(f"dripper: error: {error}", file=sys.stderr)
+        if args.debug:
+            raise
+        message = error.args[0] if isinstance(error, KeyError) and error.args else error
+        print(f"dripper: error: {message}", file=sys.stderr)
         return 2
+    except Exception as error:  # noqa: BLE001 - one line for the user; --debug for the traceback
+        if args.debug:
+            raise
+        print(
+            f"dripper: error: {type(error).__name__}: {error} (--debug shows the traceback)", file=sys.stderr
+        )
+        return 1
 
 
 if __name__ == "__main__":

@@ -42,17 +42,21 @@ def available_extractors() -> list[str]:
     return sorted(_EXTRACTORS)
 
 
-def get_extractor(spec: str, **options: Any) -> Extractor:
-    """Build an extractor from its name, optionally followed by ``:argument`` (e.g. ``dripper:oracle/md``).
+def get_extractor(spec: Any, **options: Any) -> Extractor:
+    """Build an extractor from its name, optionally followed by ``:argument`` (e.g. ``dripper:oracle/md``),
+    or from an extractor spec (:class:`dripper_core.config.extractor.ExtractorSpec`: our pipeline with that
+    labeler, its options and fallback, rows ``dripper:{spec.name}/md`` and ``/html2text``).
 
     Args:
-        spec: A registered name, or ``family:argument`` for extractors that take one.
+        spec: A registered name, ``family:argument`` for extractors that take one, or an extractor spec.
         **options: Keyword options for the extractor's constructor.
 
     Raises:
         KeyError: For an unknown name, suggesting the closest registered ones.
         ValueError: When the extractor rejects its argument.
     """
+    if not isinstance(spec, str):
+        return DripperExtractor(spec=spec, **options)
     family, sep, argument = spec.partition(":")
     cls = _EXTRACTORS.get(family)
     if cls is None:
@@ -119,6 +123,9 @@ class Extractor(ABC):
                 text, error = "", _describe(exc)
             outcomes.append(ExtractionOutcome({self.name: text}, time.perf_counter() - start, error))
         return outcomes
+
+    def close(self) -> None:  # noqa: B027 - optional: extractors holding an engine release it here
+        """Release what the extractor holds (an LM engine's processes, GPU memory)."""
 
 
 def html_to_markdown(html: str, url: str | None = None) -> str:
@@ -242,8 +249,17 @@ class DripperExtractor(Extractor):
     """
 
     def __init__(
-        self, argument: str | None = None, fallback: str = "trafilatura", batch_size: int = 64
+        self,
+        argument: str | None = None,
+        fallback: str = "trafilatura",
+        batch_size: int = 64,
+        spec: Any = None,
     ) -> None:
+        self.spec = spec
+        self._pipeline: Any = None
+        if spec is not None:
+            argument = spec.name
+            fallback = spec.fallback
         if not argument:
             raise ValueError(
                 "extractor 'dripper' needs a labeler: use 'dripper:<labeler>', e.g. 'dripper:oracle'"
@@ -287,10 +303,35 @@ class DripperExtractor(Extractor):
         return self._page_type(doc_id=page.id, html=page.html, url=page.url, ground_truth=ground_truth)
 
     def _run(self, core_pages: list[Any]) -> list[Any]:
-        results = self._extract_batch(core_pages, labeler=self.labeler, fallback=self.fallback)
+        if self.spec is not None:
+            results = self._spec_pipeline().extract_batch(core_pages)
+        else:
+            results = self._extract_batch(core_pages, labeler=self.labeler, fallback=self.fallback)
         if len(results) != len(core_pages):
             raise RuntimeError(f"extract_batch returned {len(results)} results for {len(core_pages)} pages")
         return results
+
+    def close(self) -> None:
+        if self._pipeline is not None:
+            self._pipeline.close()
+            self._pipeline = None
+
+    def _spec_pipeline(self) -> Any:
+        """The spec's labeler in a pipeline, built once (an LM engine is expensive to start)."""
+        if self._pipeline is None:
+            from dripper_core.labelers import build_labeler
+            from dripper_core.pipeline import ExtractOptions, Extractor
+
+            spec = self.spec
+            self._pipeline = Extractor(
+                build_labeler(spec.labeler, **spec.options),
+                ExtractOptions(
+                    fallback=spec.fallback,
+                    fallback_on_empty=spec.fallback_on_empty,
+                    batch_size=self.batch_size,
+                ),
+            )
+        return self._pipeline
 
     def _outcome(self, result: Any, page: BenchPage, seconds: float) -> ExtractionOutcome:
         outputs = {}

@@ -4,7 +4,12 @@ Usage::
 
     python -m eval.extraction --data /work/shared/data/dev.jsonl.gz \\
         --extractor trafilatura resiliparse readability html2text dripper:oracle \\
+        [--extractor-spec qwen=vllm,model=/models/MinerU-HTML,answer_format=json] [--extractors-file F.yaml] \\
         [--limit N] [--group-by source,page_type] [--out results.json] [--pages-out pages.jsonl] [--workers N]
+
+``--extractor-spec`` and ``--extractors-file`` take extractor specs (``dripper_core.config.extractor``: the
+format ``dripper run extract`` and the DAGs read); each is our pipeline with that labeler, options and
+fallback, in rows ``dripper:{name}/md`` and ``dripper:{name}/html2text``.
 
 Per result row (an extractor, or one view of ``dripper:<labeler>``) it prints a table over the whole data and
 each group: pages, full-text pages, ROUGE-5 F1 mean raw and normalised, snippet micro P/R/F1, errors, and
@@ -38,7 +43,8 @@ class BenchmarkConfig:
 
     Attributes:
         data: JSONL files (dev format or WebMainBench schema, plain or gzip).
-        extractors: Extractor specs, e.g. ``["trafilatura", "dripper:oracle"]``.
+        extractors: Extractor names, e.g. ``["trafilatura", "dripper:oracle"]``, or extractor specs
+            (:class:`dripper_core.config.extractor.ExtractorSpec`).
         limit: Read at most this many pages per file.
         group_by: Grouping keys for the per-group tables (``source``, ``page_type``, ``language``, or any
             WebMainBench ``meta`` key such as ``level`` and ``style``).
@@ -50,7 +56,7 @@ class BenchmarkConfig:
     """
 
     data: list[Path]
-    extractors: list[str]
+    extractors: list[Any]
     limit: int | None = None
     group_by: tuple[str, ...] = DEFAULT_GROUP_BY
     out: Path | None = None
@@ -185,13 +191,17 @@ def evaluate_chunk(
     return results
 
 
+def _extractor_key(spec: Any) -> str:
+    return spec if isinstance(spec, str) else json.dumps(spec.to_dict(), sort_keys=True)
+
+
 def _evaluate_chunk_in_worker(
-    pages: list[BenchPage], specs: Sequence[str], group_by: Sequence[str], keep_text: bool
+    pages: list[BenchPage], specs: Sequence[Any], group_by: Sequence[str], keep_text: bool
 ) -> list[PageResult]:
     for spec in specs:
-        if spec not in _worker_extractors:
-            _worker_extractors[spec] = get_extractor(spec)
-    return evaluate_chunk(pages, [_worker_extractors[spec] for spec in specs], group_by, keep_text)
+        if _extractor_key(spec) not in _worker_extractors:
+            _worker_extractors[_extractor_key(spec)] = get_extractor(spec)
+    return evaluate_chunk(pages, [_worker_extractors[_extractor_key(s)] for s in specs], group_by, keep_text)
 
 
 def _chunks(pages: Iterator[BenchPage], size: int) -> Iterator[list[BenchPage]]:
@@ -274,6 +284,8 @@ def run_benchmark(config: BenchmarkConfig, progress: bool | None = None) -> dict
             bar.close()
         if pages_out:
             pages_out.close()
+        for extractor in extractors:
+            extractor.close()  # LM engines: their processes must not outlive the benchmark
     summary = {
         "config": {key: _jsonable(value) for key, value in asdict(config).items()},
         "wall_seconds": time.perf_counter() - start,
@@ -289,6 +301,8 @@ def _jsonable(value: Any) -> Any:
         return str(value)
     if isinstance(value, list | tuple):
         return [_jsonable(item) for item in value]
+    if hasattr(value, "to_dict"):  # an extractor spec
+        return value.to_dict()
     return value
 
 
@@ -363,9 +377,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--data", nargs="+", type=Path, required=True, help="JSONL(.gz) files, dev or WebMainBench"
     )
     parser.add_argument(
+        "--extractor-spec",
+        nargs="+",
+        default=[],
+        metavar="SPEC",
+        help="extractor specs: NAME=LABELER,key=value,… (or a labeler name, or JSON); rows dripper:NAME/…",
+    )
+    parser.add_argument(
+        "--extractors-file", type=Path, default=None, help="YAML/JSON file with a list of extractor specs"
+    )
+    parser.add_argument(
         "--extractor",
         nargs="+",
-        required=True,
+        default=[],
         help=f"extractor names: {', '.join(available_extractors())} (dripper takes ':<labeler>[/md|/html2text]')",
     )
     parser.add_argument("--limit", type=int, default=None, help="read at most N pages per file")
@@ -389,9 +413,21 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        from dripper_core.config.extractor import (
+            check_labeler_options,
+            load_extractor_file,
+            parse_extractors,
+        )
+
+        specs = load_extractor_file(args.extractors_file) if args.extractors_file else []
+        if args.extractor_spec:
+            specs += parse_extractors(args.extractor_spec)
+        if specs:
+            specs = parse_extractors(specs)  # names unique across both sources
+            check_labeler_options(specs)
         config = BenchmarkConfig(
             data=list(args.data),
-            extractors=list(args.extractor),
+            extractors=list(args.extractor) + specs,
             limit=args.limit,
             group_by=tuple(key.strip() for key in args.group_by.split(",") if key.strip()),
             out=args.out,

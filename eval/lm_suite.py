@@ -11,8 +11,18 @@ serves small local files in each benchmark's own schema in place of the Hub data
 name (see ``tests/fixtures/lm_eval/manifest.yaml``), so the production configs run offline. A suite may also
 name local task folders (``include``, e.g. ``eval/tasks``) holding custom task YAMLs.
 
-Output JSON: ``{"suite", "model", "tasks": {name: {"task", "category", "metric", "num_fewshot", "score",
-"samples"}}, "categories": {category: mean}, "mean", "lm_eval_version", "seconds"}`` (scores in [0, 1]).
+Output JSON: ``{"suite", "model", "step", "tokens", "tasks": {name: {"task", "category", "metric",
+"num_fewshot", "score", "stderr", "samples"}}, "categories": {category: mean}, "categories_stderr",
+"mean", "mean_stderr", "lm_eval_version", "seconds"}`` (scores in [0, 1]; ``step`` and ``tokens`` from the
+model folder's ``export.json`` when ``python -m pretrain export`` wrote it).
+
+Each score carries lm-eval's standard error (the sample standard error of the per-document metric); a mean
+over tasks carries ``sqrt(sum se_i^2) / n``, the standard error of a mean of independent estimates.
+
+Several ``--model-dir`` folders (the checkpoints of one training run) are scored in one process with
+``--out-dir``: one ``{folder name}.json`` each. ``--check`` only verifies that every benchmark's data can be
+loaded (offline: from the local cache or ``--fixtures``) and names the ones that cannot, before any model
+is trained on their behalf.
 """
 
 from __future__ import annotations
@@ -21,6 +31,7 @@ import argparse
 import contextlib
 import json
 import logging
+import math
 import os
 import sys
 import time
@@ -200,8 +211,25 @@ def task_manager(suite: Suite, full_index: bool = False):
     )
 
 
+def mean_stderr(errors: Sequence[float | None]) -> float | None:
+    """Standard error of the plain mean of independent estimates with these standard errors."""
+    if not errors or any(e is None for e in errors):
+        return None
+    return math.sqrt(sum(e * e for e in errors)) / len(errors)
+
+
+def _stderr(row: dict[str, Any], task: SuiteTask) -> float | None:
+    value = row.get(f"{task.metric}_stderr,{task.filter}")
+    try:
+        value = float(value)
+    except (TypeError, ValueError):  # lm-eval writes "N/A" where it computed none
+        return None
+    return value if math.isfinite(value) else None
+
+
 def summarize(suite: Suite, results: dict[str, Any]) -> dict[str, Any]:
-    """Pick each task's reported metric out of lm-eval's results; means per category and overall."""
+    """Pick each task's reported metric and its standard error out of lm-eval's results; means per category
+    and overall, each with its standard error."""
     per_task: dict[str, dict[str, Any]] = {}
     table = {**results.get("results", {}), **results.get("groups", {})}
     samples = results.get("n-samples", {})
@@ -224,14 +252,40 @@ def summarize(suite: Suite, results: dict[str, Any]) -> dict[str, Any]:
             "metric": task.result_key,
             "num_fewshot": task.num_fewshot,
             "score": float(row[task.result_key]),
+            "stderr": _stderr(row, task),
             "samples": count,
         }
     categories: dict[str, float] = {}
+    categories_stderr: dict[str, float | None] = {}
     for category in dict.fromkeys(task.category for task in suite.tasks):
-        scores = [row["score"] for row in per_task.values() if row["category"] == category]
-        categories[category] = sum(scores) / len(scores)
+        rows = [row for row in per_task.values() if row["category"] == category]
+        categories[category] = sum(row["score"] for row in rows) / len(rows)
+        categories_stderr[category] = mean_stderr([row["stderr"] for row in rows])
     mean = sum(row["score"] for row in per_task.values()) / len(per_task)
-    return {"suite": suite.name, "tasks": per_task, "categories": categories, "mean": mean}
+    return {
+        "suite": suite.name,
+        "tasks": per_task,
+        "categories": categories,
+        "categories_stderr": categories_stderr,
+        "mean": mean,
+        "mean_stderr": mean_stderr([row["stderr"] for row in per_task.values()]),
+    }
+
+
+def _checkpoint_position(model_dir: Path) -> dict[str, Any]:
+    """``step`` and ``tokens`` of an exported checkpoint (its ``export.json``), when known."""
+    try:
+        data = json.loads((model_dir / "export.json").read_text(encoding="utf-8"))
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+    return {key: data[key] for key in ("step", "tokens") if data.get(key) is not None}
+
+
+def _check_model_dir(model_dir: Path) -> None:
+    if not (model_dir / "config.json").exists():
+        raise FileNotFoundError(
+            f"{model_dir}: no config.json; pass a folder written by `python -m pretrain export`"
+        )
 
 
 def run_suite(
@@ -239,6 +293,24 @@ def run_suite(
     model_dir: Path | str,
     *,
     out: Path | str | None = None,
+    **options: Any,
+) -> dict[str, Any]:
+    """Evaluate ``model_dir`` on the suite with lm-eval; returns (and writes to ``out``) the summary.
+
+    Takes the keyword options of :func:`run_suite_many`.
+    """
+    summaries = run_suite_many(suite, [model_dir], **options)
+    summary = summaries[0]
+    if out:
+        _write_json(Path(out), summary)
+    return summary
+
+
+def run_suite_many(
+    suite: Suite | Path | str,
+    model_dirs: Sequence[Path | str],
+    *,
+    out_dir: Path | str | None = None,
     device: str = "cpu",
     batch_size: int | str = 8,
     limit: int | float | None = None,
@@ -246,13 +318,14 @@ def run_suite(
     model_backend: str = "hf",
     full_index: bool = False,
     max_gen_toks: int | None = None,
-) -> dict[str, Any]:
-    """Evaluate ``model_dir`` on the suite with lm-eval; returns (and writes to ``out``) the summary.
+    bootstrap_iters: int = 100,
+) -> list[dict[str, Any]]:
+    """Evaluate each model folder (e.g. the checkpoints of one run) on the suite, in one process.
 
     Args:
         suite: A :class:`Suite`, a suite file or a suite name.
-        model_dir: Hugging Face model folder (with its tokenizer).
-        out: Write the summary JSON here.
+        model_dirs: Hugging Face model folders (with their tokenizer).
+        out_dir: Write each summary to ``{out_dir}/{folder name}.json`` as soon as it is done.
         device: ``cpu``, ``cuda``, ``cuda:0``...
         batch_size: lm-eval batch size (``auto`` on GPU).
         limit: Evaluate at most this many documents per task (for smoke runs).
@@ -261,52 +334,111 @@ def run_suite(
         full_index: Index all of lm-eval's tasks, not only the suite's folders.
         max_gen_toks: Cap on generated tokens for the generative tasks (TriviaQA, NQ-Open; lm-eval's
             default is 256, more than a tiny model's context).
+        bootstrap_iters: lm-eval's bootstrap iterations for metrics without a closed-form standard error
+            (accuracy and exact match have one; 0 turns standard errors off).
     """
     import lm_eval
+    from lm_eval.api.registry import get_model
 
     if not isinstance(suite, Suite):
         suite = load_suite(suite)
-    model_dir = Path(model_dir)
-    if not (model_dir / "config.json").exists():
-        raise FileNotFoundError(
-            f"{model_dir}: no config.json; pass a folder written by `python -m pretrain export`"
-        )
-    start = time.perf_counter()
+    model_dirs = [Path(d) for d in model_dirs]
+    for model_dir in model_dirs:
+        _check_model_dir(model_dir)
     manager = task_manager(suite, full_index=full_index)
     context = fixture_datasets(load_fixture_manifest(fixtures)) if fixtures else contextlib.nullcontext()
-    model_args = {"pretrained": str(model_dir), "dtype": "float32" if device == "cpu" else "bfloat16"}
-    from lm_eval.api.registry import get_model
-
-    lm = get_model(model_backend).create_from_arg_obj(
-        model_args, {"batch_size": batch_size, "device": device}
-    )
-    results: dict[str, dict[str, Any]] = {"results": {}, "groups": {}, "n-samples": {}}
     # simple_evaluate takes one few-shot count per call: one call per distinct count, one loaded model.
     by_shots: dict[int, list[str]] = {}
     for task in suite.tasks:
         by_shots.setdefault(task.num_fewshot, []).append(task.task)
+    summaries = []
     with context:
-        for shots, names in by_shots.items():
-            part = lm_eval.simple_evaluate(
-                model=lm,
-                tasks=names,
-                num_fewshot=shots,
-                limit=limit,
-                task_manager=manager,
-                log_samples=False,
-                bootstrap_iters=0,
-                gen_kwargs={"max_gen_toks": max_gen_toks} if max_gen_toks else None,
+        for model_dir in model_dirs:
+            start = time.perf_counter()
+            model_args = {"pretrained": str(model_dir), "dtype": "float32" if device == "cpu" else "bfloat16"}
+            lm = get_model(model_backend).create_from_arg_obj(
+                model_args, {"batch_size": batch_size, "device": device}
             )
-            for key in results:
-                results[key].update(part.get(key) or {})
-    summary = summarize(suite, results)
-    summary["model"] = str(model_dir)
-    summary["lm_eval_version"] = getattr(lm_eval, "__version__", None)
-    summary["seconds"] = time.perf_counter() - start
-    if out:
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    return summary
+            results: dict[str, dict[str, Any]] = {"results": {}, "groups": {}, "n-samples": {}}
+            for shots, names in by_shots.items():
+                part = lm_eval.simple_evaluate(
+                    model=lm,
+                    tasks=names,
+                    num_fewshot=shots,
+                    limit=limit,
+                    task_manager=manager,
+                    log_samples=False,
+                    bootstrap_iters=bootstrap_iters,
+                    gen_kwargs={"max_gen_toks": max_gen_toks} if max_gen_toks else None,
+                )
+                for key in results:
+                    results[key].update(part.get(key) or {})
+            summary = summarize(suite, results)
+            summary["model"] = str(model_dir)
+            summary.update(_checkpoint_position(model_dir))
+            summary["lm_eval_version"] = getattr(lm_eval, "__version__", None)
+            summary["seconds"] = time.perf_counter() - start
+            if out_dir:
+                _write_json(Path(out_dir) / f"{model_dir.name}.json", summary)
+            summaries.append(summary)
+            del lm
+    return summaries
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    partial.replace(path)
+
+
+class SuiteDataUnavailable(FileNotFoundError):
+    """Some benchmarks of a suite cannot load their data here; the message names them and the fix."""
+
+
+def check_suite_data(
+    suite: Suite | Path | str, *, fixtures: Path | str | None = None, full_index: bool = False
+) -> dict[str, str]:
+    """Load every task of the suite (its data included, as an evaluation would) without a model.
+
+    Returns:
+        ``{task name: "ok"}`` for a suite whose data is all at hand.
+
+    Raises:
+        SuiteDataUnavailable: naming each benchmark whose data could not be loaded, the error, and how to
+            make it available.
+    """
+    from lm_eval.tasks import get_task_dict
+
+    if not isinstance(suite, Suite):
+        suite = load_suite(suite)
+    manager = task_manager(suite, full_index=full_index)
+    context = fixture_datasets(load_fixture_manifest(fixtures)) if fixtures else contextlib.nullcontext()
+    status: dict[str, str] = {}
+    with context:
+        for task in suite.tasks:
+            try:
+                get_task_dict([task.task], manager)
+                status[task.name] = "ok"
+            except Exception as error:  # noqa: BLE001 - any failure to load is reported per benchmark
+                first_line = next(iter(str(error).splitlines()), "")[:200]
+                kind = type(error).__name__
+                status[task.name] = f"{kind}: {first_line}" if first_line else kind
+    missing = {name: why for name, why in status.items() if why != "ok"}
+    if missing:
+        offline = os.environ.get("HF_DATASETS_OFFLINE") or os.environ.get("HF_HUB_OFFLINE")
+        lines = "\n".join(f"  {name}: {why}" for name, why in missing.items())
+        raise SuiteDataUnavailable(
+            f"suite {suite.name!r}: {len(missing)} of {len(suite.tasks)} benchmarks cannot load their data "
+            f"here ({', '.join(missing)}):\n{lines}\n"
+            "Make it available: on a machine with Hub access run the suite once (or "
+            "`datasets.load_dataset(...)` for each) to fill the Hugging Face cache, then copy the cache "
+            "(HF_HOME / HF_DATASETS_CACHE) to the workers and set HF_DATASETS_OFFLINE=1"
+            + ("" if offline else " (it is not set here, so a missing network also shows as this error)")
+            + "; or pass --fixtures MANIFEST with local files in each benchmark's schema; or choose the "
+            "offline suite `local`."
+        )
+    return status
 
 
 def format_markdown(summaries: dict[str, dict[str, Any]], suite: Suite | None = None) -> str:
@@ -331,11 +463,16 @@ def format_markdown(summaries: dict[str, dict[str, Any]], suite: Suite | None = 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m eval.lm_suite", description=__doc__.split("\n")[0])
-    parser.add_argument("--model-dir", type=Path, required=True, help="Hugging Face model folder")
+    parser.add_argument(
+        "--model-dir", type=Path, nargs="+", default=None, help="Hugging Face model folder(s)"
+    )
     parser.add_argument(
         "--suite", default="paper13", help="suite file or name in eval/suites (default: %(default)s)"
     )
-    parser.add_argument("--out", type=Path, default=None, help="write the summary JSON here")
+    parser.add_argument("--out", type=Path, default=None, help="write the summary JSON here (one model)")
+    parser.add_argument(
+        "--out-dir", type=Path, default=None, help="write {model folder name}.json per model here"
+    )
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:0 (default: %(default)s)")
     parser.add_argument("--batch-size", default="8", help="lm-eval batch size or 'auto'")
     parser.add_argument("--limit", type=float, default=None, help="at most N documents per task")
@@ -345,6 +482,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model-backend", default="hf", help="lm-eval model type (default: %(default)s)")
     parser.add_argument("--max-gen-toks", type=int, default=None, help="cap generated tokens (tiny models)")
     parser.add_argument("--offline", action="store_true", help="set HF_HUB_OFFLINE/HF_DATASETS_OFFLINE")
+    parser.add_argument(
+        "--check", action="store_true", help="only check that every benchmark's data loads; no model"
+    )
     return parser
 
 
@@ -357,10 +497,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     limit = int(args.limit) if args.limit is not None and args.limit >= 1 else args.limit
     try:
         suite = load_suite(args.suite)
-        summary = run_suite(
+        if args.check:
+            status = check_suite_data(suite, fixtures=args.fixtures)
+            print(json.dumps({"suite": suite.name, "tasks": status}))
+            return 0
+        if not args.model_dir:
+            raise ValueError("--model-dir is required (or --check)")
+        if args.out and len(args.model_dir) > 1:
+            raise ValueError("--out takes one model; use --out-dir for several")
+        summaries = run_suite_many(
             suite,
             args.model_dir,
-            out=args.out,
+            out_dir=args.out_dir,
             device=args.device,
             batch_size=batch_size,
             limit=limit,
@@ -368,10 +516,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             model_backend=args.model_backend,
             max_gen_toks=args.max_gen_toks,
         )
+        if args.out:
+            _write_json(args.out, summaries[0])
     except (FileNotFoundError, ValueError, KeyError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(format_markdown({args.model_dir.name: summary}, suite))
+    print(format_markdown({Path(s["model"]).name: s for s in summaries}, suite))
+    print(json.dumps({"scores": [s["model"] for s in summaries], "mean": [s["mean"] for s in summaries]}))
     return 0
 
 

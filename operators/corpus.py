@@ -140,15 +140,20 @@ def labeler_options_with_model(labeler_options: Any, model: Any) -> dict[str, An
 
 
 class ExtractOperator(DaskStageOperator):
-    """Run the extract stage: ``{input_root}/simplified/`` → ``{output_root}/extracted/`` with ``labeler``.
+    """Run the extract stage: ``{input_root}/simplified/`` → ``{output_root}/extracted/`` with one extractor.
 
-    ``output_root`` defaults to ``{input_root}/extractors/{extractor_key}`` (one folder per extractor
-    configuration). Returns the stage report (counts, fallbacks by reason) and ``output_root``.
+    The extractor is ``extractor`` (a spec: ``dripper_core.config.extractor``, as a dict or its shorthand
+    ``NAME=LABELER,key=value``), or else built from ``labeler``, ``labeler_model``, ``labeler_options``,
+    ``fallback`` and ``fallback_on_empty`` with a name derived from them (``extractor_key``). Its folder,
+    unless ``output_root`` is given, is ``{input_root}/extractors/{name}``; the spec is recorded there and
+    a folder holding another spec is refused (unless ``force``). Returns the stage report (counts,
+    fallbacks by reason), ``output_root``, the extractor's name, labeler and spec.
     """
 
     template_fields: Sequence[str] = (
         "input_root",
         "output_root",
+        "extractor",
         "labeler",
         "labeler_model",
         "labeler_options",
@@ -165,7 +170,8 @@ class ExtractOperator(DaskStageOperator):
         self,
         *,
         input_root: str,
-        labeler: str,
+        extractor: Any = None,
+        labeler: Any = None,
         output_root: str | None = None,
         labeler_model: Any = None,
         labeler_options: Any = None,
@@ -175,8 +181,11 @@ class ExtractOperator(DaskStageOperator):
         **kwargs,
     ):
         super().__init__(**kwargs)
+        if extractor is None and labeler is None:
+            raise ValueError("ExtractOperator needs an extractor spec or a labeler")
         self.input_root = input_root
         self.output_root = output_root
+        self.extractor = extractor
         self.labeler = labeler
         self.labeler_model = labeler_model
         self.labeler_options = labeler_options
@@ -184,35 +193,60 @@ class ExtractOperator(DaskStageOperator):
         self.fallback_on_empty = fallback_on_empty
         self.batch_size = batch_size
 
-    def execute(self, context: Any) -> dict[str, Any]:
-        from dripper_core.stages.extract import ExtractStageOptions, extract_stage
+    def spec(self) -> Any:
+        """The extractor spec this task runs (validated; errors name the extractor and the field)."""
+        from dripper_core.config.extractor import check_labeler_options, parse_extractor
 
-        fallback = None if self.fallback in (None, "", "none") else str(self.fallback)
-        options = labeler_options_with_model(self.labeler_options, self.labeler_model)
-        key = extractor_key(self.labeler, options, fallback, bool(self.fallback_on_empty))
-        output_root = self.output_root or RunStorageHook.extractor_root(self.input_root, key)
-        hook = self.hook(self.input_root)
-        with spawn_without_airflow_main():
-            report = extract_stage(
-                self.input_root,
-                output_root,
-                labeler=self.labeler,
-                labeler_options=options or None,
-                options=ExtractStageOptions(
-                    batch_size=int(self.batch_size),
-                    fallback=fallback,
-                    fallback_on_empty=bool(self.fallback_on_empty),
-                ),
-                storage_options=hook.storage_options,
-                force=bool(self.force),
-                progress=False,
-                **self.dask_arguments(),
+        if self.extractor:
+            spec = parse_extractor(self.extractor)
+        else:
+            fallback = None if self.fallback in (None, "", "none") else str(self.fallback)
+            options = labeler_options_with_model(self.labeler_options, self.labeler_model)
+            spec = parse_extractor(
+                {
+                    "name": extractor_key(str(self.labeler), options, fallback, bool(self.fallback_on_empty)),
+                    "labeler": str(self.labeler),
+                    "options": options,
+                    "fallback": fallback,
+                    "fallback_on_empty": bool(self.fallback_on_empty),
+                }
             )
+        check_labeler_options([spec])
+        return spec
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from dripper_core.config.extractor import ExtractorSpecError
+        from dripper_core.stages.extract import extract_with_spec
+
+        try:
+            spec = self.spec()
+        except ExtractorSpecError as error:
+            raise AirflowFailException(str(error)) from None  # a retry cannot fix a bad spec
+        output_root = self.output_root or RunStorageHook.extractor_root(self.input_root, spec.name)
+        hook = self.hook(self.input_root)
+        self.log.info("extractor %s → %s", spec.describe(), output_root)
+        with spawn_without_airflow_main():
+            try:
+                report = extract_with_spec(
+                    self.input_root,
+                    spec,
+                    output_root,
+                    batch_size=int(self.batch_size),
+                    storage_options=hook.storage_options,
+                    force=bool(self.force),
+                    progress=False,
+                    **self.dask_arguments(),
+                )
+            except ValueError as error:  # another spec in this folder: a retry cannot fix it
+                raise AirflowFailException(str(error)) from None
         return {
             **stage_report_dict(report),
             "output_root": output_root,
-            "extractor": key,
-            "labeler": self.labeler,
+            "extractor": spec.name,
+            "labeler": spec.labeler,
+            "spec": spec.to_dict(),
         }
 
 

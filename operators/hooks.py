@@ -131,9 +131,10 @@ class RunStorageHook:
 
     @staticmethod
     def extractor_root(selection_root: str, extractor: str) -> str:
-        from dripper_core.io.storage import join_path
+        """``{selection_root}/extractors/{extractor}`` (``dripper_core.layout``, as the CLI writes it)."""
+        from dripper_core.layout import RunLayout
 
-        return join_path(selection_root, "extractors", extractor)
+        return RunLayout(selection_root).extractor(extractor).root
 
     # -- files -----------------------------------------------------------------------------------------
 

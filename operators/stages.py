@@ -27,7 +27,8 @@ ModuleJobOperator             ``python -m MODULE …`` in a process of its own (
 PretrainOperator              ``python -m pretrain train`` (``torchrun`` on GPUs, or an ``sbatch`` job with
                               ``executor="slurm"``: :mod:`operators.slurm`) and ``… export``
 ExtractionBenchmarkOperator   ``python -m eval.extraction``; stores the table under the storage root
-EvaluateOperator              ``python -m eval.lm_suite`` on an exported model
+EvaluateOperator              ``python -m eval.lm_suite`` on each exported checkpoint of a model
+CheckSuiteOperator            ``python -m eval.lm_suite --check``: the suite's benchmark data is at hand
 AblationReportOperator        ``python -m eval.report`` over the runs of an ablation
 ============================  ==============================================================================
 """
@@ -52,6 +53,7 @@ from operators.corpus import (
 )
 from operators.jobs import (
     AblationReportOperator,
+    CheckSuiteOperator,
     EvaluateOperator,
     ExtractionBenchmarkOperator,
     ModuleJobOperator,
@@ -70,6 +72,7 @@ __all__ = [
     "SELECTION_FILE",
     "SELECTION_XCOM_KEY",
     "AblationReportOperator",
+    "CheckSuiteOperator",
     "EvaluateOperator",
     "ExtractOperator",
     "ExtractionBenchmarkOperator",

@@ -97,6 +97,11 @@ def build_parser() -> argparse.ArgumentParser:
     export_parser.add_argument("--tokenizer", type=Path, default=None, help="default: the run's tokenizer")
     export_parser.add_argument("--atol", type=float, default=1e-3, help="largest accepted logit difference")
     export_parser.add_argument("--no-verify", action="store_true", help="skip the logits comparison")
+    export_parser.add_argument(
+        "--every-checkpoint",
+        action="store_true",
+        help="export each checkpoint of the run folder to OUT/iter_XXXXXXX (scores over training)",
+    )
 
     toy_parser = sub.add_parser(
         "toy", help="train a small BPE tokenizer and write a token corpus from local text"
@@ -149,20 +154,31 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
             )
         elif args.command == "export":
-            from pretrain.export import export_checkpoint
+            from pretrain.export import export_checkpoint, export_every_checkpoint
 
-            result = export_checkpoint(
-                args.checkpoint, args.out, tokenizer=args.tokenizer, verify=not args.no_verify, atol=args.atol
-            )
-            print(
-                json.dumps(
-                    {
-                        "out": str(result.out_dir),
-                        "step": result.step,
-                        "max_abs_logit_diff": result.max_abs_logit_diff,
-                    }
+            if args.every_checkpoint:
+                results = export_every_checkpoint(
+                    args.checkpoint,
+                    args.out,
+                    tokenizer=args.tokenizer,
+                    verify=not args.no_verify,
+                    atol=args.atol,
                 )
-            )
+            else:
+                results = [
+                    export_checkpoint(
+                        args.checkpoint,
+                        args.out,
+                        tokenizer=args.tokenizer,
+                        verify=not args.no_verify,
+                        atol=args.atol,
+                    )
+                ]
+            exported = [
+                {"out": str(r.out_dir), "step": r.step, "max_abs_logit_diff": r.max_abs_logit_diff}
+                for r in results
+            ]
+            print(json.dumps({**exported[-1], "checkpoints": exported}))
         elif args.command == "toy":
             from pretrain.toy import train_tokenizer, write_corpus
 

@@ -178,10 +178,48 @@ def export_checkpoint(
         hf_tokenizer.save_pretrained(str(out_dir))
     (out_dir / "export.json").write_text(
         json.dumps(
-            {"checkpoint": str(checkpoint), "step": meta.step, "max_abs_logit_diff": diff, "atol": atol},
+            {
+                "checkpoint": str(checkpoint),
+                "step": meta.step,
+                # Training tokens seen up to this checkpoint: the x axis of scores over training.
+                "tokens": meta.consumed_samples * meta.model.seq_length,
+                "max_abs_logit_diff": diff,
+                "atol": atol,
+            },
             indent=2,
         )
         + "\n",
         encoding="utf-8",
     )
     return ExportResult(out_dir=out_dir, checkpoint=checkpoint, step=meta.step, max_abs_logit_diff=diff)
+
+
+def export_every_checkpoint(
+    run_dir: Path | str,
+    out_root: Path | str,
+    tokenizer: Path | str | None = None,
+    verify: bool = True,
+    atol: float = 1e-3,
+) -> list[ExportResult]:
+    """Export each complete checkpoint of a run folder to ``{out_root}/iter_XXXXXXX`` (oldest first);
+    checkpoints already exported (same step in their ``export.json``) are kept as they are."""
+    from pretrain.checkpoint import META
+
+    run_dir = Path(run_dir)
+    root = run_dir / "checkpoints" if (run_dir / "checkpoints").is_dir() else run_dir
+    checkpoints = sorted(p for p in root.glob("iter_???????") if (p / META).exists())
+    if not checkpoints:
+        raise FileNotFoundError(f"{run_dir}: no complete checkpoint (iter_*/{META})")
+    results = []
+    for checkpoint in checkpoints:
+        out_dir = Path(out_root) / checkpoint.name
+        done = out_dir / "export.json"
+        if done.exists() and (out_dir / "config.json").exists():
+            data = json.loads(done.read_text(encoding="utf-8"))
+            if data.get("checkpoint") == str(checkpoint):
+                results.append(
+                    ExportResult(out_dir, checkpoint, int(data["step"]), data.get("max_abs_logit_diff"))
+                )
+                continue
+        results.append(export_checkpoint(checkpoint, out_dir, tokenizer=tokenizer, verify=verify, atol=atol))
+    return results

@@ -192,11 +192,11 @@ def admin_password(env: dict[str, str], seconds: float = 60) -> str:
     return json.loads(path.read_text())["admin"]
 
 
-def wait_for_dag(api: Api, seconds: float) -> None:
+def wait_for_dag(api: Api, seconds: float, dag_id: str = DAG_ID) -> None:
     deadline = time.monotonic() + seconds
     while True:
         try:
-            api.call("GET", f"/api/v2/dags/{DAG_ID}")
+            api.call("GET", f"/api/v2/dags/{dag_id}")
             return
         except urllib.error.HTTPError as error:
             if error.code != 404 or time.monotonic() > deadline:
@@ -221,11 +221,11 @@ def start_airflow(env: dict[str, str], seconds: float = 240) -> Api:
     return api
 
 
-def trigger(api: Api, run_id: str, conf: dict[str, Any]) -> None:
-    """Unpauses ``corpus_build`` and starts run ``run_id`` with ``conf``."""
-    api.call("PATCH", f"/api/v2/dags/{DAG_ID}", {"is_paused": False})
+def trigger(api: Api, run_id: str, conf: dict[str, Any], dag_id: str = DAG_ID) -> None:
+    """Unpauses ``dag_id`` (``corpus_build``) and starts run ``run_id`` with ``conf``."""
+    api.call("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
     api.call(
-        "POST", f"/api/v2/dags/{DAG_ID}/dagRuns", {"dag_run_id": run_id, "logical_date": None, "conf": conf}
+        "POST", f"/api/v2/dags/{dag_id}/dagRuns", {"dag_run_id": run_id, "logical_date": None, "conf": conf}
     )
 
 
@@ -258,29 +258,19 @@ def demo_tokenizer(env: dict[str, str]) -> str:
 
 
 def sample_tokenizer(folder: Path, vocab_size: int = 2000) -> str:
-    """``folder`` holding a byte-level BPE trained on the bundled sample's ground truth (made once, no
+    """``folder`` holding a byte-level BPE trained on the bundled sample's ground truth, saved as a Hugging
+    Face tokenizer with ``<|endoftext|>`` as its end-of-document token (``pretrain.toy``; made once, no
     download); returns the folder."""
-    if (folder / "tokenizer.json").exists():
+    if (folder / "tokenizer.json").exists() and (folder / "tokenizer_config.json").exists():
         return str(folder)
     import gzip
 
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    sys.path.insert(0, str(REPO))
+    from pretrain.toy import train_tokenizer
 
     with gzip.open(REPO / "data" / "sample" / "pages.jsonl.gz", "rt", encoding="utf-8") as lines:
         texts = [json.loads(line)["ground_truth_text"] for line in lines]
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=["<|endoftext|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tokenizer.train_from_iterator(texts, trainer)
-    folder.mkdir(parents=True, exist_ok=True)
-    tokenizer.save(str(folder / "tokenizer.json"))
-    return str(folder)
+    return str(train_tokenizer(texts, folder, vocab_size))
 
 
 def run_conf(env: dict[str, str], labeler: str, tokenizer: str) -> dict[str, Any]:
@@ -302,25 +292,25 @@ def run_conf(env: dict[str, str], labeler: str, tokenizer: str) -> dict[str, Any
     }
 
 
-def get_run(api: Api, run_id: str) -> dict[str, Any]:
-    """The corpus_build run ``run_id`` as the REST API reports it (state, conf, triggered_by…)."""
-    return api.call("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}")
+def get_run(api: Api, run_id: str, dag_id: str = DAG_ID) -> dict[str, Any]:
+    """The run ``run_id`` of ``dag_id`` as the REST API reports it (state, conf, triggered_by…)."""
+    return api.call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
 
 
-def published(api: Api, run_id: str) -> dict[str, Any]:
-    """What the run's ``publish_corpus`` task returned (paths and counts)."""
+def published(api: Api, run_id: str, dag_id: str = DAG_ID, task_id: str = "publish_corpus") -> dict[str, Any]:
+    """What the run's ``publish_corpus`` task (or ``task_id``) returned (paths and counts)."""
     xcom = api.call(
-        "GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/publish_corpus/xcomEntries/return_value"
+        "GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/return_value"
     )
     return xcom["value"] if isinstance(xcom["value"], dict) else json.loads(xcom["value"])
 
 
-def wait_for_run(api: Api, run_id: str, seconds: float) -> dict[str, Any]:
+def wait_for_run(api: Api, run_id: str, seconds: float, dag_id: str = DAG_ID) -> dict[str, Any]:
     deadline = time.monotonic() + seconds
     reported: dict[tuple[str, int], str] = {}
     while True:
-        run = get_run(api, run_id)
-        instances = api.call("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances?limit=100")
+        run = get_run(api, run_id, dag_id)
+        instances = api.call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances?limit=100")
         for ti in instances.get("task_instances", []):
             key = (ti["task_id"], ti.get("map_index", -1))
             if ti.get("state") and reported.get(key) != ti["state"]:

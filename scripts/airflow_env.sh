@@ -67,5 +67,18 @@ export DRIPPER_CRAWL_INDEX="${DRIPPER_CRAWL_INDEX:-$DRIPPER_REPO/data/sample/col
 export DRIPPER_CRAWL_BASE="${DRIPPER_CRAWL_BASE:-$DRIPPER_REPO/data/sample}"
 export DRIPPER_CRAWL_ID="${DRIPPER_CRAWL_ID:-CC-MAIN-SAMPLE}"
 export DRIPPER_DASK_WORKERS="${DRIPPER_DASK_WORKERS:-2}"
+# The tokenizer the forms propose (the ablation needs one): Qwen's where `make install` built it, else the
+# small one the demo trains on the sample (scripts/airflow_demo.py demo_tokenizer).
+if [ -z "${DRIPPER_TOKENIZER:-}" ]; then
+  for _dripper_tokenizer in "$DRIPPER_REPO/.cache/models/qwen-tokenizer" "$(dirname "$AIRFLOW_HOME")/demo-tokenizer"; do
+    if [ -f "$_dripper_tokenizer/tokenizer.json" ]; then
+      export DRIPPER_TOKENIZER="$_dripper_tokenizer"
+      break
+    fi
+  done
+  unset _dripper_tokenizer
+fi
 export HF_HUB_OFFLINE=1
+# Benchmark data only from the local cache: a suite whose data is not there fails its check at once.
+export HF_DATASETS_OFFLINE=1
 export TOKENIZERS_PARALLELISM=false

@@ -32,6 +32,22 @@ _INSTALL_HINT = (
 )
 
 
+def _engine_core_in_process_if_daemon() -> None:
+    """vLLM starts its engine core as a child process, which a daemonic process may not have (a Dask
+    worker started as a daemon). There, run the core in this process instead: slower to overlap
+    scheduling with output processing, but it runs."""
+    import multiprocessing
+
+    if multiprocessing.current_process().daemon and os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") != "0":
+        logger.warning(
+            "vllm labeler: this process is a daemon (a Dask worker with distributed.worker.daemon=True), which "
+            "cannot start vLLM's engine-core process; running the engine core in-process "
+            "(VLLM_ENABLE_V1_MULTIPROCESSING=0). Start the workers with DASK_DISTRIBUTED__WORKER__DAEMON=False "
+            "to keep vLLM's own process layout."
+        )
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+
+
 @register_labeler("vllm")
 class VLLMLabeler(BlockLabeler):
     """Labels blocks with vLLM's offline engine.
@@ -73,6 +89,7 @@ class VLLMLabeler(BlockLabeler):
 
             if not torch.cuda.is_available():
                 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+            _engine_core_in_process_if_daemon()
             from vllm import LLM, SamplingParams
             from vllm.inputs import TokensPrompt
             from vllm.sampling_params import StructuredOutputsParams

@@ -30,9 +30,11 @@ each worker process builds its labeler once and reuses it for all its shards.
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import json
 import logging
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -55,15 +57,20 @@ __all__ = [
     "EXTRACTED_STAGE",
     "ExtractStageOptions",
     "build_stage_labeler",
+    "close_stage_extractors",
     "extract_shard",
     "extract_stage",
+    "extract_with_spec",
     "extracted_schema",
     "read_simplified_items",
+    "record_extractor",
 ]
 
 log = logging.getLogger(__name__)
 
 EXTRACTED_STAGE = "extracted"
+#: The extractor spec a root's ``extracted/`` was (or is being) made with.
+EXTRACTOR_FILE = "_extractor.json"
 _CARRIED = ("warc_file", "warc_offset", "fetch_date", "content_type", "payload_digest", "encoding")
 
 
@@ -160,8 +167,62 @@ def _extractor(
         return Extractor(spec, pipeline_options)
     key = json.dumps([spec, labeler_options or {}, asdict(options)], sort_keys=True, default=str)
     if key not in _EXTRACTORS:
+        if not _EXTRACTORS:
+            # An LM engine's own processes (vLLM's engine core) outlive this one unless it is closed.
+            atexit.register(close_stage_extractors)
         _EXTRACTORS[key] = Extractor(build_stage_labeler(spec, labeler_options), pipeline_options)
     return _EXTRACTORS[key]
+
+
+def close_stage_extractors() -> int:
+    """Close the labelers this process built for the stage (engines, servers, GPU memory); returns how
+    many. Run in each worker of a LocalCluster before it stops, and at the exit of any process."""
+    closed = 0
+    while _EXTRACTORS:
+        _, extractor = _EXTRACTORS.popitem()
+        try:
+            extractor.close()
+            closed += 1
+        except Exception as error:  # noqa: BLE001 - best effort: the shards are already published
+            log.warning(
+                "closing labeler %s failed: %s: %s", extractor.labeler.name, type(error).__name__, error
+            )
+    return closed
+
+
+def record_extractor(
+    root: str, spec: Any, storage_options: dict[str, Any] | None = None, force: bool = False
+) -> dict[str, Any]:
+    """Write ``{root}/_extractor.json`` (the spec this root's shards are made with), or check it.
+
+    A root already holding another spec is refused unless ``force``: finished shards are skipped on a
+    rerun, so two specs under one name would silently mix their pages.
+
+    Raises:
+        ValueError: the root holds shards of another spec (the message names both and the way out).
+    """
+    from dripper_core.config.extractor import parse_extractor
+
+    spec = parse_extractor(spec)
+    wanted = spec.to_dict()
+    fs, base = filesystem_for(str(root), storage_options)
+    path = f"{base.rstrip('/')}/{EXTRACTOR_FILE}"
+    try:
+        with fs.open(path, "rb") as f:
+            existing = json.loads(f.read())
+    except FileNotFoundError:
+        existing = None
+    if existing is not None and existing != wanted and not force:
+        raise ValueError(
+            f"{join_path(str(root), EXTRACTOR_FILE)}: this folder holds extractor {existing.get('name')!r} made "
+            f"with {json.dumps(existing, sort_keys=True)}, not {json.dumps(wanted, sort_keys=True)}; give the "
+            "new spec another name (its folder is extractors/{name}), or recompute with force"
+        )
+    if existing != wanted:
+        fs.makedirs(base, exist_ok=True)
+        with fs.open(path, "wb") as f:
+            f.write((json.dumps(wanted, indent=1, sort_keys=True) + "\n").encode())
+    return wanted
 
 
 # -- one shard ---------------------------------------------------------------------------------------------
@@ -282,7 +343,8 @@ def extract_shard(
         force=force,
         # The labeler is recorded, not compared: a rerun with another labeler skips finished shards
         # unless forced (or written to a new root).
-        marker_extra={"inputs": [source], "labeler": extractor.labeler.name},
+        # Which process labelled the shard: with Dask, a worker (one labeler, e.g. one GPU engine, each).
+        marker_extra={"inputs": [source], "labeler": extractor.labeler.name, "worker_pid": os.getpid()},
         compression=options.compression,
     )
 
@@ -359,7 +421,13 @@ def extract_stage(
         for index in shards
     ]
     results, failures = run_shard_tasks(
-        EXTRACTED_STAGE, tasks, workers=workers, scheduler=scheduler, progress=progress, force=force
+        EXTRACTED_STAGE,
+        tasks,
+        workers=workers,
+        scheduler=scheduler,
+        progress=progress,
+        force=force,
+        worker_cleanup=close_stage_extractors,
     )
     report = StageReport(
         stage=EXTRACTED_STAGE,
@@ -396,3 +464,48 @@ def _expected_simplified(stage: ShardWriter) -> int | None:
             return json.loads(f.read()).get("shards_expected")
     except (FileNotFoundError, json.JSONDecodeError):
         return None
+
+
+def extract_with_spec(
+    input_root: str,
+    spec: Any,
+    output_root: str | None = None,
+    *,
+    batch_size: int = 64,
+    storage_options: dict[str, Any] | None = None,
+    force: bool = False,
+    **stage_options: Any,
+) -> StageReport:
+    """The extract stage for one extractor spec, in the run layout: ``{input_root}/extractors/{name}/``
+    unless ``output_root`` is given, with the spec recorded there (:func:`record_extractor` refuses a folder
+    holding another spec unless ``force``). What ``dripper run extract`` and the Airflow extract task run.
+
+    Args:
+        input_root: The run root holding ``simplified/``.
+        spec: An extractor spec (:class:`dripper_core.config.extractor.ExtractorSpec`, a dict or shorthand).
+        output_root: The extractor's folder (default: from the run layout).
+        batch_size: Pages per labeler call.
+        storage_options: fsspec options of both roots.
+        force: Recompute finished shards (and replace a recorded spec).
+        **stage_options: More :func:`extract_stage` keywords (``workers``, ``scheduler``, ``progress``,
+            ``raise_on_failure``).
+    """
+    from dripper_core.config.extractor import check_labeler_options, parse_extractor
+    from dripper_core.layout import RunLayout
+
+    spec = parse_extractor(spec)
+    check_labeler_options([spec])
+    output_root = output_root or RunLayout(str(input_root)).extractor(spec.name).root
+    record_extractor(output_root, spec, storage_options, force=force)
+    return extract_stage(
+        input_root,
+        output_root,
+        labeler=spec.labeler,
+        labeler_options=spec.options or None,
+        options=ExtractStageOptions(
+            batch_size=batch_size, fallback=spec.fallback, fallback_on_empty=spec.fallback_on_empty
+        ),
+        storage_options=storage_options,
+        force=force,
+        **stage_options,
+    )

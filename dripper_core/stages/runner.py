@@ -293,8 +293,16 @@ class StageProgress:
 @contextmanager
 def dask_client(workers: int | None = None, scheduler: Any = None, **cluster_options: Any) -> Iterator[Any]:
     """A ``distributed.Client``: on ``scheduler`` (an address or a Client, used as is) or on a new
-    ``LocalCluster`` of ``workers`` single-threaded processes on 127.0.0.1, closed on exit."""
+    ``LocalCluster`` of ``workers`` single-threaded processes on 127.0.0.1, closed on exit.
+
+    The LocalCluster's worker processes are not daemons: an LM engine in a worker (vLLM starts its engine
+    core as a child process) must be able to start processes of its own. The nannies still stop their
+    workers when the cluster closes. An external cluster's workers need the same setting
+    (``DASK_DISTRIBUTED__WORKER__DAEMON=False`` in the ``dask worker`` environment); the vLLM labeler
+    otherwise runs its engine core in the worker process itself.
+    """
     try:
+        import dask
         from distributed import Client, LocalCluster
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError(
@@ -327,13 +335,15 @@ def dask_client(workers: int | None = None, scheduler: Any = None, **cluster_opt
         "silence_logs": logging.WARNING,
     }
     options.update(cluster_options)
-    cluster = LocalCluster(**options)
-    client = Client(cluster)
-    try:
-        yield client
-    finally:
-        client.close()
-        cluster.close()
+    # Held for the cluster's whole life: a nanny reads it again when it restarts a dead worker.
+    with dask.config.set({"distributed.worker.daemon": False}):
+        cluster = LocalCluster(**options)
+        client = Client(cluster)
+        try:
+            yield client
+        finally:
+            client.close()
+            cluster.close()
 
 
 def _describe(error: BaseException) -> str:
@@ -365,6 +375,7 @@ def run_shard_tasks(
     progress: bool | None = None,
     retries: int = 1,
     force: bool = False,
+    worker_cleanup: Callable[[], Any] | None = None,
 ) -> tuple[list[ShardResult], dict[int, str]]:
     """Run shard tasks and return ``(results, failures)``; a failing task does not stop the others.
 
@@ -378,6 +389,9 @@ def run_shard_tasks(
         retries: Dask retries of a task that raised (transient storage errors). A task whose worker
             dies is rescheduled by Dask itself (``distributed.scheduler.allowed-failures`` times).
         force: Submit every task, even for shards already done (the tasks recompute them).
+        worker_cleanup: Run on every worker of a LocalCluster this call started, before it stops (e.g.
+            closing LM engines whose processes would outlive the worker). Workers of an external cluster
+            keep what they built for the next stage run.
 
     Returns:
         The results of the tasks that finished (in shard order) and ``{shard_index: error}`` for the others.
@@ -430,6 +444,11 @@ def run_shard_tasks(
                     else:
                         failed(task, future.exception())
                     future.release()
+                if worker_cleanup is not None and scheduler is None:
+                    try:
+                        client.run(worker_cleanup)
+                    except Exception as error:  # noqa: BLE001 - the shards are published; say it, go on
+                        log.warning("%s: worker clean-up failed: %s", stage, _describe(error))
     finally:
         display.close()
     results.sort(key=lambda result: result.shard_index)

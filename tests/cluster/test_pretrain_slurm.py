@@ -1,5 +1,5 @@
 """Pretraining as a Slurm job: the generated ``sbatch`` script for a 4-node x 8-GPU 1B run, and
-``PretrainOperator(executor="slurm")`` on the real one-node cluster: a 2-process CPU (gloo) run submitted,
+``PretrainOperator(run_on="slurm")`` on the real one-node cluster: a 2-process CPU (gloo) run submitted,
 awaited in the trigger and exported; a run cancelled with ``scancel`` mid-training fails the task with the
 reason, and resubmitting resumes from the checkpoint with the losses of the uninterrupted run."""
 
@@ -76,7 +76,7 @@ def test_sbatch_script_for_a_4_node_8_gpu_1b_run(tmp_path, monkeypatch):
         device="cuda",
         run_name="dripper-1b",
         extra_arguments=["--precision", "bf16", "--micro-batch-size", "8", "--global-batch-size", "512"],
-        executor="slurm",
+        run_on="slurm",
         slurm={
             "nodes": 4,
             "gpus_per_node": 8,
@@ -90,6 +90,7 @@ def test_sbatch_script_for_a_4_node_8_gpu_1b_run(tmp_path, monkeypatch):
             "python": "/shared/venv/bin/python",
         },
     )
+    assert operator.executor is None  # Airflow's own field (which executor runs the task) is left alone
     with pytest.raises(TaskDeferred) as deferred:
         operator.execute(FakeContext())
     run_dir = tmp_path / "root" / "pretrain" / "dripper-1b"
@@ -170,7 +171,7 @@ def tiny_operator(corpus, root: Path, run_name: str, partition: str) -> Pretrain
         nproc=2,
         run_name=run_name,
         extra_arguments=TINY_ARGUMENTS,
-        executor="slurm",
+        run_on="slurm",
         slurm={
             "nodes": 1,
             "cpus_per_node": 2,
@@ -255,3 +256,36 @@ def test_scancel_fails_the_task_and_resubmission_resumes(uninterrupted, slurm_cl
     expected = [r["loss"] for r in read_train_log(full["run_dir"])]
     assert [r["loss"] for r in resumed] == pytest.approx(expected, abs=1e-5)
     assert slurm_cluster.job_ids() == []
+
+
+def test_evaluation_as_a_slurm_job(uninterrupted, slurm_cluster):
+    from operators.jobs import EvaluateOperator
+
+    result, _ = uninterrupted
+    operator = EvaluateOperator(
+        task_id="evaluate",
+        model=result,
+        suite="local",
+        device="cpu",
+        run_on="slurm",
+        slurm={
+            "partition": slurm_cluster.partition,
+            "cpus_per_node": 2,
+            "time": "10:00",
+            "env": {"OMP_NUM_THREADS": "2", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
+            "poll_seconds": 1,
+        },
+    )
+    assert operator.executor is None
+    started = time.perf_counter()
+    scores = run_deferred(operator, FakeContext())
+    seconds = time.perf_counter() - started
+    summary = json.loads(Path(scores["scores"]).read_text())
+    assert summary["tasks"]["local_text"]["samples"] == 36
+    assert 0.0 <= scores["mean"] <= 1.0 and scores["mean"] == summary["mean"]
+    (log,) = Path(scores["scores"]).parent.glob("slurm/slurm-*.out")
+    script = next(Path(scores["scores"]).parent.glob("slurm/eval-*.sbatch")).read_text()
+    assert "srun --ntasks=1 " in script and "-m eval.lm_suite --model-dir" in script
+    assert "torch.distributed.run" not in script
+    assert log.stat().st_size > 0
+    print(f"evaluation as a Slurm job: {seconds:.1f} s")

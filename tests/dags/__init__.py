@@ -4,6 +4,7 @@ SQLite database), set here before anything imports Airflow, so a developer's Air
 from __future__ import annotations
 
 import atexit
+import gzip
 import os
 import shutil
 import sys
@@ -25,6 +26,52 @@ PAGES_PER_FILE = {"1741910000000.11/warc/CC-MAIN-20250314001422-20250314031422-0
 def expected_pages(warc_files: list[str]) -> int:
     """Pages the WARC reader keeps from these sample files (by :data:`PAGES_PER_FILE`)."""
     return sum(n for name, n in PAGES_PER_FILE.items() if any(name in path for path in warc_files))
+
+
+def small_crawl(base: Path, pages: int, crawl_id: str = "CC-MAIN-SMALL") -> Path:
+    """A crawl folder laid out like Common Crawl with one WARC file of the sample's first ``pages`` HTML
+    responses (their request and metadata records too): for runs whose LM labelling is slow on CPU."""
+    from warcio.archiveiterator import ArchiveIterator
+    from warcio.warcwriter import WARCWriter
+
+    listing = [
+        line
+        for line in gzip.decompress((SAMPLE / "crawl-data" / "CC-MAIN-SAMPLE" / "warc.paths.gz").read_bytes())
+        .decode()
+        .split()
+    ]
+    relative = f"crawl-data/{crawl_id}/segments/0/warc/{crawl_id}-00000.warc.gz"
+    target = base / relative
+    target.parent.mkdir(parents=True, exist_ok=True)
+    responses = 0
+    with (SAMPLE / listing[0]).open("rb") as source, target.open("wb") as out:
+        writer = WARCWriter(out, gzip=True)
+        for record in ArchiveIterator(source):
+            if record.rec_type == "response":
+                if responses == pages:
+                    break
+                responses += 1
+            writer.write_record(record)
+    (base / "crawl-data" / crawl_id / "warc.paths.gz").write_bytes(gzip.compress((relative + "\n").encode()))
+    return base
+
+
+def dag_run_xcoms(dag_run) -> dict[tuple[str, int], object]:
+    """``{(task_id, map_index): return value}`` of a finished ``dag.test()`` run."""
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        rows = session.query(XComModel).filter_by(
+            dag_id=dag_run.dag_id, run_id=dag_run.run_id, key="return_value"
+        )
+        return {(row.task_id, row.map_index): xcom_value(row.value) for row in rows}
+
+
+def xcom_value(raw):
+    import json
+
+    return json.loads(raw) if isinstance(raw, str | bytes) else raw
 
 
 def airflow_test_environment(home: Path) -> dict[str, str]:

@@ -42,21 +42,35 @@ class AirflowServer:
     def run_root(self) -> str:
         return self.env["DRIPPER_RUN_ROOT"]
 
-    def run(self, run_id: str) -> dict[str, Any]:
-        return airflow_demo.get_run(self.api, run_id)
+    def run(self, run_id: str, dag_id: str = airflow_demo.DAG_ID) -> dict[str, Any]:
+        return airflow_demo.get_run(self.api, run_id, dag_id)
 
     def published(self, run_id: str) -> dict[str, Any]:
         """What ``publish_corpus`` returned (paths and counts)."""
         return airflow_demo.published(self.api, run_id)
 
-    def failure_report(self, run_id: str, chars: int = 3000) -> str:
+    def failure_report(self, run_id: str, chars: int = 3000, dag_id: str = airflow_demo.DAG_ID) -> str:
         """The end of every task log of ``run_id``, for an assertion message."""
-        logs = Path(self.env["AIRFLOW_HOME"]) / "logs" / f"dag_id={airflow_demo.DAG_ID}" / f"run_id={run_id}"
+        logs = Path(self.env["AIRFLOW_HOME"]) / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}"
         parts = [
             f"--- {p.relative_to(logs)}\n{p.read_text(errors='replace')[-chars:]}"
             for p in sorted(logs.rglob("*.log"))
         ]
         return "\n".join(parts) or f"no task logs under {logs}"
+
+
+@pytest.fixture(scope="package")
+def airflow_db():
+    """The metadata database of the test session's Airflow home (tests/dags/__init__.py)."""
+    from airflow.utils.db import initdb
+
+    initdb()
+
+
+@pytest.fixture(scope="package")
+def tokenizer_dir(tmp_path_factory) -> str:
+    """A small byte-level BPE trained on the sample's ground truth (``make demo``'s): nothing downloaded."""
+    return airflow_demo.sample_tokenizer(tmp_path_factory.mktemp("tokenizer"), vocab_size=800)
 
 
 # Package scope: started once for every test here that needs it, and stopped when tests/dags/ is done,

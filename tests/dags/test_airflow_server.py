@@ -16,12 +16,14 @@ from pathlib import Path
 import pytest
 
 from scripts import airflow_demo
+from tests.browser import find_chromium, headless_chrome
 from tests.dags import expected_pages
 from tests.dags.conftest import SMALL_BUILD, AirflowServer
 
 pytestmark = pytest.mark.slow
 
 RUN_SECONDS = 300
+ABLATION_SECONDS = 900
 
 
 def _assert_built(server: AirflowServer, run_id: str, run: dict) -> dict:
@@ -53,6 +55,26 @@ def test_corpus_build_triggered_through_the_rest_api(airflow_server):
     assert summary["parameters"]["labeler"] == "trafilatura"
 
 
+def test_extractor_ablation_with_its_defaults_runs_to_its_report(airflow_server):
+    """The ablation as a new user starts it: no conf at all. Every default validates (the environment's
+    tokenizer, the embedded offline suite), and the run ends with its report."""
+    run_id = f"ablation__{time.strftime('%Y%m%dT%H%M%S')}"
+    airflow_demo.wait_for_dag(airflow_server.api, 120, dag_id="extractor_ablation")
+    airflow_demo.trigger(airflow_server.api, run_id, {}, dag_id="extractor_ablation")
+    run = airflow_demo.wait_for_run(airflow_server.api, run_id, ABLATION_SECONDS, dag_id="extractor_ablation")
+    failure = airflow_server.failure_report(run_id, dag_id="extractor_ablation")
+    assert run["state"] == "success", f"run {run_id} {run['state']}:\n{failure}"
+    report = airflow_demo.published(airflow_server.api, run_id, "extractor_ablation", "ablation_report")
+    page = Path(report["html"]).read_text(encoding="utf-8")
+    data = json.loads(
+        page.split('<script type="application/json" id="report-data">', 1)[1].split("</script>")[0]
+    )
+    (extractor,) = data["extractors"]  # the environment's default labeler and trafilatura: here the same
+    assert extractor["name"] == "trafilatura" and extractor["scores"]["suite"] == "local"
+    assert [point["step"] for point in extractor["curve"]] == [10, 20]  # eval_every 10 of 20 steps
+    assert data["run"]["tokenizer"] == airflow_server.env["DRIPPER_TOKENIZER"]
+
+
 # -- the browser -------------------------------------------------------------------------------------------
 
 
@@ -60,36 +82,13 @@ def test_corpus_build_triggered_through_the_rest_api(airflow_server):
 def chromium() -> tuple[str, str]:
     """Debian's chromium and its driver, or skip saying how to install them (before Airflow is started
     for nothing: tests list this fixture before ``airflow_server``)."""
-    pytest.importorskip("selenium", reason="selenium is not installed (pip install -e '.[dev]')")
-    browser = next(filter(None, map(shutil.which, ("chromium", "chromium-browser"))), None)
-    driver = shutil.which("chromedriver")
-    if not browser or not driver:
-        pytest.skip(
-            "headless Chromium is not installed: `make browser` (as root: apt-get install chromium chromium-driver)"
-        )
-    return browser, driver
+    return find_chromium()
 
 
 @pytest.fixture
 def browser(chromium, tmp_path):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    binary, driver = chromium
-    options = webdriver.ChromeOptions()
-    options.binary_location = binary
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                     "--window-size=1400,1000", f"--user-data-dir={tmp_path / 'chromium-profile'}"):  # fmt: skip
-        options.add_argument(argument)
-    # An explicit driver path: Selenium Manager would otherwise try to download one.
-    chrome = webdriver.Chrome(
-        service=Service(driver, log_output=str(tmp_path / "chromedriver.log")), options=options
-    )
-    chrome.set_page_load_timeout(60)
-    try:
+    with headless_chrome(chromium, tmp_path, (1400, 1000), ()) as chrome:
         yield chrome
-    finally:
-        chrome.quit()
 
 
 class Screenshots:

@@ -8,24 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from scripts import airflow_demo
-from tests.dags import DAGS_DIR, SAMPLE, expected_pages
+from tests.dags import DAGS_DIR, SAMPLE, dag_run_xcoms, expected_pages, xcom_value
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def airflow_db():
-    """The metadata database of the test session's Airflow home (tests/dags/__init__.py)."""
-    from airflow.utils.db import initdb
-
-    initdb()
-
-
-@pytest.fixture(scope="module")
-def tokenizer_dir(tmp_path_factory) -> str:
-    """A small byte-level BPE trained on the sample's ground truth (``make demo``'s): nothing downloaded."""
-    return airflow_demo.sample_tokenizer(tmp_path_factory.mktemp("tokenizer"), vocab_size=800)
 
 
 @pytest.fixture(scope="module")
@@ -35,21 +20,6 @@ def corpus_build():
     bag = DagBag(str(DAGS_DIR / "corpus_build.py"))
     assert bag.import_errors == {}
     return bag.dags["corpus_build"]
-
-
-def _xcoms(dag_run) -> dict[tuple[str, int], object]:
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
-
-    with create_session() as session:
-        rows = session.query(XComModel).filter_by(
-            dag_id=dag_run.dag_id, run_id=dag_run.run_id, key="return_value"
-        )
-        return {(row.task_id, row.map_index): row.value for row in rows}
-
-
-def _value(raw):
-    return json.loads(raw) if isinstance(raw, str | bytes) else raw
 
 
 def test_corpus_build_end_to_end_then_resumes(airflow_db, corpus_build, tokenizer_dir, tmp_path):
@@ -73,7 +43,7 @@ def test_corpus_build_end_to_end_then_resumes(airflow_db, corpus_build, tokenize
     assert all(state == "success" for state in states.values()), states
     assert sorted(i for task, i in states if task == "simplify") == [0, 1]
 
-    xcoms = {key: _value(value) for key, value in _xcoms(first).items()}
+    xcoms = {key: xcom_value(value) for key, value in dag_run_xcoms(first).items()}
     batches = xcoms[("select_warcs", -1)]
     selection_root = Path(batches[0]["selection_root"])
     assert selection_root == tmp_path / "runs" / "runs" / "CC-MAIN-SAMPLE" / "n2-seed0"
@@ -97,9 +67,69 @@ def test_corpus_build_end_to_end_then_resumes(airflow_db, corpus_build, tokenize
     # The same parameters again: every stage finds its work done.
     second = corpus_build.test(run_conf=conf)
     assert second.state == "success"
-    again = {key: _value(value) for key, value in _xcoms(second).items()}
+    again = {key: xcom_value(value) for key, value in dag_run_xcoms(second).items()}
     assert all(again[("simplify", i)]["written"] == 0 for i in (0, 1))
     assert again[("extract", -1)]["written"] == 0
     assert again[("extract", -1)]["skipped"] == len(plan["shards"])
     assert again[("refine", -1)]["documents_out"] == documents
     assert again[("tokenize", -1)]["documents"] == documents
+
+
+def _cli(capsys, *argv: str) -> dict:
+    from dripper_core.cli import main
+
+    code = main(["run", *argv, "--quiet"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    return json.loads(out[out.rfind("\n{") + 1 :])
+
+
+def test_the_cli_and_the_dag_continue_each_others_runs(
+    airflow_db, corpus_build, tokenizer_dir, tmp_path, capsys
+):
+    """One run layout (dripper_core.layout): a selection simplified and extracted with ``dripper run`` is
+    picked up by corpus_build (nothing recomputed), and the DAG's run is continued by ``dripper run``."""
+    from dripper_core.layout import RunLayout
+
+    storage = tmp_path / "runs"
+    layout = RunLayout(str(storage / "runs" / "CC-MAIN-SAMPLE" / "n1-seed0"))  # the DAG's selection folder
+    _cli(capsys, "simplify", "--input", f"snapshot:CC-MAIN-SAMPLE@{SAMPLE}", "--count", "1", "--seed", "0",
+         "--output", layout.root, "--workers", "0")  # fmt: skip
+    extracted = _cli(capsys, "extract", "--input", layout.root, "--extractor", "trafilatura")
+    assert extracted["written"] == 1 and extracted["root"] == layout.extractor("trafilatura").root
+
+    conf = {
+        "crawl_id": "CC-MAIN-SAMPLE",
+        "crawl_base": str(SAMPLE),
+        "warc_count": 1,
+        "seed": 0,
+        "labeler": "trafilatura",
+        "storage_root": str(storage),
+        "dask_workers": 0,
+        "extract_workers": 0,
+        "refine_tasks": 1,
+        "refine_workers": 1,
+        "tokenizer": tokenizer_dir,
+    }
+    run = corpus_build.test(run_conf=conf)
+    assert run.state == "success"
+    xcoms = dag_run_xcoms(run)
+    assert xcoms[("select_warcs", -1)][0]["selection_root"] == layout.root
+    assert (
+        xcoms[("simplify", 0)]["written"] == 0 and xcoms[("simplify", 0)]["skipped"] == 1
+    )  # the CLI's shard
+    assert (
+        xcoms[("extract", -1)]["written"] == 0 and xcoms[("extract", -1)]["output_root"] == extracted["root"]
+    )
+    documents = xcoms[("refine", -1)]["documents_out"]
+
+    # And the reverse: the CLI finds the DAG's refinement and tokens done.
+    refined = _cli(capsys, "refine", "--input", layout.root, "--extractor", "trafilatura", "--tasks", "1",
+                   "--processes", "1")  # fmt: skip
+    assert refined["documents_out"] == documents
+    tokens = _cli(
+        capsys, "tokenize", "--input", layout.root, "--extractor", "trafilatura", "--tokenizer", tokenizer_dir
+    )
+    assert tokens["documents"] == xcoms[("tokenize", -1)]["documents"]
+    again = _cli(capsys, "extract", "--input", layout.root, "--extractor", "trafilatura")
+    assert (again["written"], again["skipped"]) == (0, 1)

@@ -164,14 +164,18 @@ def test_extractor_ablation_structure(dagbag):
     for before, after in zip(chain, chain[1:], strict=False):
         assert before in upstream[after]
         assert dag.get_task(after).is_mapped  # one per extractor
-    assert sorted(upstream["extract"]) == ["extractor_configs", "record_simplify"]
+    assert sorted(upstream["extract"]) == ["check_extractors", "record_simplify"]
     assert sorted(upstream["ablation_report"]) == ["evaluate", "extract", "extraction_quality"]
-    assert upstream["extraction_quality"] == ["select_warcs"]
+    # The same validated specs feed the corpora and the extraction-quality task.
+    assert sorted(upstream["extraction_quality"]) == ["check_extractors", "select_warcs"]
+    # Specs and the suite's data are checked before any WARC is selected or read.
+    assert sorted(upstream["select_warcs"]) == ["check_extractors", "check_suite"]
+    assert upstream["check_extractors"] == [] and upstream["check_suite"] == []
     assert type(dag.timetable).__name__ == "NullTimetable"  # started by hand
     assert [o.name for o in dag.get_task("ablation_report").outlets] == [_common.ABLATION_REPORT_ASSET.name]
     assert {
         "extractors",
-        "extractor_options",
+        "eval_every",
         "tokenizer",
         "pretrain_model",
         "train_steps",
@@ -212,3 +216,25 @@ def test_form_default_labeler_is_the_platform_default():
     from dripper_core.labelers.base import DEFAULT_LABELER
 
     assert _params.DEFAULT_LABELER == DEFAULT_LABELER
+
+
+def test_every_form_validates_with_its_defaults_in_the_demo_environment(monkeypatch):
+    """What `make demo` serves: each DAG's trigger form can be submitted as it opens (the tokenizer the
+    demo environment names, the offline suite), so a new user's first click works."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    from scripts import airflow_demo
+
+    env = airflow_demo.airflow_environment()
+    assert env.get("DRIPPER_TOKENIZER"), "the demo environment names no tokenizer (make install builds one)"
+    for key, value in env.items():
+        if key.startswith(("DRIPPER_", "HF_")):
+            monkeypatch.setenv(key, value)
+    bag = DagBag(str(DAGS_DIR))
+    assert bag.import_errors == {}
+    assert sorted(bag.dags) == sorted(DAG_IDS)
+    for dag_id, dag in bag.dags.items():
+        dag.params.validate()  # raises ParamValidationError naming the field
+        if dag_id == "extractor_ablation":
+            assert dag.params["tokenizer"] == env["DRIPPER_TOKENIZER"]
+            assert dag.params["eval_suite"] == "local"

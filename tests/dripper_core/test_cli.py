@@ -2,6 +2,15 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import zlib
+from pathlib import Path
+
+import pytest
 
 from dripper_core.cli import main, read_pages
 
@@ -90,3 +99,98 @@ def test_unknown_labeler_option_is_a_clear_error(tmp_path, capsys):
     args = ["extract", "--input", str(page), "--output", "-", "--labeler", "cpu"]
     assert main([*args, "--labeler-option", "temperature=0.5"]) == 2
     assert "labeler 'cpu'" in capsys.readouterr().err
+
+
+# -- bad input and interruptions ----------------------------------------------------------------------------
+
+SAMPLE_PAGES = Path(__file__).resolve().parents[2] / "data" / "sample" / "pages.jsonl.gz"
+
+
+def _complete_lines(data: bytes) -> int:
+    """Complete lines in the decompressible prefix of gzip bytes (counted independently of the reader)."""
+    text = zlib.decompressobj(wbits=31).decompress(data)
+    return text.count(b"\n")
+
+
+def _records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def test_truncated_gzip_keeps_every_record_before_the_damage(tmp_path, capsys):
+    data = SAMPLE_PAGES.read_bytes()
+    truncated = tmp_path / "cut.jsonl.gz"
+    truncated.write_bytes(data[: len(data) * 2 // 3])
+    expected = _complete_lines(truncated.read_bytes())
+    assert 0 < expected < 60
+    out = tmp_path / "out.jsonl"
+    code = main(["extract", "--input", str(truncated), "--output", str(out), "--labeler", "trafilatura",
+                 "--batch-size", "64"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 1
+    assert len(_records(out)) == expected  # the last, partial batch is written too
+    (line,) = [line for line in err.splitlines() if line.startswith("dripper: error:")]
+    assert str(truncated) in line and f"read {expected} records" in line and "truncated" in line
+    assert "Traceback" not in err
+
+    corrupt = tmp_path / "corrupt.jsonl.gz"
+    corrupt.write_bytes(data[:2000] + bytes(b ^ 0x5A for b in data[2000:4000]) + data[4000:])
+    assert main(["extract", "--input", str(corrupt), "--output", str(out), "--labeler", "trafilatura"]) == 1
+    assert "corrupt gzip data" in capsys.readouterr().err
+
+
+def test_duplicate_ids_are_reported_and_handled_as_asked(tmp_path, capsys):
+    lines = gzip.decompress(SAMPLE_PAGES.read_bytes()).decode().splitlines()[:6]
+    pages = tmp_path / "pages.jsonl"
+    pages.write_text("\n".join([*lines, lines[1], lines[4]]) + "\n", encoding="utf-8")
+    ids = [json.loads(line)["id"] for line in lines]
+    out = tmp_path / "out.jsonl"
+    base = ["extract", "--input", str(pages), "--output", str(out), "--labeler", "trafilatura"]
+    assert main(base) == 0
+    err = capsys.readouterr().err
+    summary = json.loads(err.splitlines()[0])
+    assert summary["duplicate_ids"] == {"count": 2, "first": [ids[1], ids[4]], "policy": "keep"}
+    assert "2 records repeat an earlier id" in err
+    assert [r["id"] for r in _records(out)] == [*ids, ids[1], ids[4]]
+    assert main([*base, "--on-duplicate", "skip"]) == 0
+    capsys.readouterr()
+    assert [r["id"] for r in _records(out)] == ids
+    assert main([*base, "--on-duplicate", "error"]) == 2
+    assert f"id {ids[1]!r} appears again (record 7, first at record 2)" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signal_number", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_extract_is_completed_by_resume(tmp_path, signal_number):
+    """SIGINT/SIGTERM mid-run: the output holds whole records only; ``--resume`` adds exactly the rest."""
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    out = tmp_path / "out.jsonl.gz"
+    command = [sys.executable, "-m", "dripper_core.cli", "extract", "--input", str(SAMPLE_PAGES),
+               "--output", str(out), "--labeler", "trafilatura", "--batch-size", "2", "--format", "markdown"]  # fmt: skip
+    process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and process.poll() is None:
+        if out.exists() and out.stat().st_size > 2000:
+            break
+        time.sleep(0.2)
+    process.send_signal(signal_number)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == (130 if signal_number == signal.SIGINT else 143), err
+    assert "--resume" in err and "Traceback" not in err
+    from dripper_core.io.jsonl import JsonlReader
+
+    first = [record["id"] for _, record in JsonlReader(out)]
+    assert 0 < len(first) < 60
+
+    done = subprocess.run([*command, "--resume"], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stderr.splitlines()[0])["resumed_after"] == len(first)
+    records = [record for _, record in JsonlReader(out)]
+    expected = [json.loads(line)["id"] for line in gzip.decompress(SAMPLE_PAGES.read_bytes()).splitlines()]
+    assert sorted(r["id"] for r in records) == sorted(expected)  # none lost, none twice
+
+    reference = tmp_path / "reference.jsonl"
+    subprocess.run([*command[:7], str(reference), *command[8:]], env=env, check=True, capture_output=True)
+    drop = ("seconds",)
+    by_id = {r["id"]: {k: v for k, v in r.items() if k not in drop} for r in _records(reference)}
+    assert {r["id"]: {k: v for k, v in r.items() if k not in drop} for r in records} == by_id

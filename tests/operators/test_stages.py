@@ -236,13 +236,27 @@ def test_a_job_runs_in_its_own_process_and_returns_its_json(tmp_path):
 
 
 def test_ablation_report_manifest_joins_runs_by_extractor_folder(tmp_path):
-    extracts = [
-        {"labeler": "cpu", "output_root": f"{tmp_path}/x/extractors/cpu"},
-        {"labeler": "trafilatura", "output_root": f"{tmp_path}/x/extractors/trafilatura"},
-    ]
+    """Rows are keyed by the extractor spec's name (two specs of one labeler stay two rows), each with its
+    own refinement and tokens summaries, training run, final and per-checkpoint scores, found in the run
+    layout as the evaluate task wrote them."""
+    import json
+
+    from dripper_core.layout import RunLayout
+
+    layout = RunLayout(str(tmp_path / "x"))
+    for name in ("v10", "v11"):
+        folder = layout.extractor(name)
+        Path(folder.root).mkdir(parents=True)
+        Path(folder.spec_file).write_text(json.dumps({"name": name, "labeler": "vllm"}))
+        scores = Path(folder.evaluation("tiny-4steps"))
+        (scores / "checkpoints").mkdir(parents=True)
+        for step in (2, 4):
+            (scores / "checkpoints" / f"iter_{step:07d}.json").write_text("{}")
+        (scores / "scores.json").write_text("{}")
+    extracts = [{"output_root": layout.extractor(name).root} for name in ("v10", "v11", "trafilatura")]
     evaluations = [
-        {"root": f"{tmp_path}/x/extractors/trafilatura", "run_dir": "/r/t", "scores": "/r/t/scores.json"},
-        {"root": f"{tmp_path}/x/extractors/cpu", "run_dir": "/r/c", "scores": "/r/c/scores.json"},
+        {"root": layout.extractor(name).root, "run_dir": layout.extractor(name).pretrain("tiny-4steps")}
+        for name in ("v11", "v10")
     ]
     report = AblationReportOperator(
         task_id="report",
@@ -250,15 +264,25 @@ def test_ablation_report_manifest_joins_runs_by_extractor_folder(tmp_path):
         evaluations=evaluations,
         extraction={"output_dir": f"{tmp_path}/bench"},
         output_dir=str(tmp_path / "report"),
+        run_description={"crawl": "CC-MAIN-SAMPLE", "warc_files": 2},
     )
     manifest = report.manifest()
-    assert [e["name"] for e in manifest["extractors"]] == ["cpu", "trafilatura"]
+    assert [e["name"] for e in manifest["extractors"]] == ["v10", "v11", "trafilatura"]
+    v10 = layout.extractor("v10")
     assert manifest["extractors"][0] == {
-        "name": "cpu",
-        "refine_extractor": "dripper:cpu",
-        "extraction_row": "dripper:cpu/md",
-        "train_run": "/r/c",
-        "scores": "/r/c/scores.json",
+        "name": "v10",
+        "labeler": "vllm",
+        "spec": {"name": "v10", "labeler": "vllm"},
+        "refine_summary": v10.refine_summary,
+        "tokens_summary": v10.tokens_summary,
+        "extraction_row": "dripper:v10/md",
+        "train_run": v10.pretrain("tiny-4steps"),
+        "scores": f"{v10.evaluation('tiny-4steps')}/scores.json",
+        "checkpoint_scores": [
+            f"{v10.evaluation('tiny-4steps')}/checkpoints/iter_{s:07d}.json" for s in (2, 4)
+        ],
     }
-    assert manifest["refine_summaries"][1].endswith("extractors/trafilatura/refine/_summary.json")
+    assert manifest["extractors"][1]["train_run"].endswith("extractors/v11/pretrain/tiny-4steps")
+    assert "scores" not in manifest["extractors"][2]  # not evaluated: the report says so
+    assert manifest["run"] == {"crawl": "CC-MAIN-SAMPLE", "warc_files": 2}
     assert manifest["extraction"] == f"{tmp_path}/bench/summary.json"

@@ -169,3 +169,30 @@ def test_cli_extract_on_dask_workers(reference_run, tmp_path, capsys):
     assert comparable(read_stage(str(out), "extracted")) == expected_rows(reference_run, "extracted", root)
     assert cli_main(["run", "extract", "--input", root, "--labeler", "orcale", "--quiet"]) == 2
     assert "did you mean oracle" in capsys.readouterr().err
+
+
+def test_cli_extract_takes_an_extractor_spec_and_keeps_one_spec_per_root(reference_run, tmp_path, capsys):
+    """``--extractor NAME=LABELER,key=value`` runs that spec and records it in the root; another spec in
+    the same root is refused (finished shards would mix two extractors' pages) unless forced."""
+    root = simplified_copy(reference_run, tmp_path, shards=(0,))
+    out = tmp_path / "out"
+    spec = f"long={LONG_BLOCKS},min_words=8"
+    run = ["run", "extract", "--input", root, "--output", str(out), "--quiet"]
+    assert cli_main([*run, "--extractor", spec]) == 0
+    capsys.readouterr()
+    recorded = json.loads((out / "_extractor.json").read_text())
+    assert recorded == {
+        "name": "long",
+        "labeler": LONG_BLOCKS,
+        "options": {"min_words": 8},
+        "fallback": "trafilatura",
+        "fallback_on_empty": False,
+    }
+    assert comparable(read_stage(str(out), "extracted")) == expected_rows(reference_run, "extracted", root)
+    assert cli_main([*run, "--extractor", f"long={LONG_BLOCKS},min_words=3"]) == 2
+    error = capsys.readouterr().err
+    assert "holds extractor 'long'" in error and '"min_words": 3' in error and "another name" in error
+    assert cli_main([*run, "--extractor", f"long={LONG_BLOCKS},min_words=3", "--force"]) == 0
+    assert json.loads((out / "_extractor.json").read_text())["options"] == {"min_words": 3}
+    assert cli_main([*run, "--extractor", "bad=vllm,answer_format=compakt"]) == 2
+    assert "extractor 'bad': options.model" in capsys.readouterr().err

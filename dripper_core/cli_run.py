@@ -1,0 +1,510 @@
+"""``dripper run STAGE``: every stage of a run from the command line, into the run layout the DAGs use
+(``dripper_core.layout``), so a stage started here continues a DAG's run and the reverse::
+
+    dripper run simplify --input snapshot:CC-MAIN-SAMPLE@data/sample --output runs/sample
+    dripper run extract  --input runs/sample --extractor cpu          # → runs/sample/extractors/cpu/
+    dripper run refine   --input runs/sample --extractor cpu
+    dripper run tokenize --input runs/sample --extractor cpu --tokenizer .cache/models/qwen-tokenizer
+    dripper run pretrain --input runs/sample --extractor cpu --tokenizer … --train-steps 20 --eval-every 10
+    dripper run evaluate --input runs/sample --extractor cpu --suite local
+    dripper run report   --input runs/sample --extractor cpu trafilatura --name first
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+
+from dripper_core.cli import parse_key_values
+
+RUN_DESCRIPTION = """Run a stage over a run root (a local folder or a URL such as s3://bucket/run), in the layout
+the DAGs use (dripper_core.layout): ROOT/simplified/, then per extractor spec ROOT/extractors/{name}/ with
+extracted/, corpus/, tokens/, pretrain/{run}/ and eval/{run}/; reports in ROOT/ablations/{name}/.
+
+Each page stage writes part-NNNNN.parquet with a marker per finished shard, a stage summary and a run
+summary (pages in and out, drops and fallbacks by reason, time per stage). A rerun skips finished shards,
+datatrove tasks and checkpoints: an interrupted run, or one an Airflow DAG started, is continued by running
+the stage again.
+
+examples (the bundled sample, WARC files to the ablation report):
+  dripper run simplify --input snapshot:CC-MAIN-SAMPLE@data/sample --count 2 --output runs/s
+  dripper run extract --input runs/s --extractor cpu
+  dripper run refine --input runs/s --extractor cpu
+  dripper run tokenize --input runs/s --extractor cpu --tokenizer .cache/models/qwen-tokenizer
+  dripper run pretrain --input runs/s --extractor cpu --tokenizer .cache/models/qwen-tokenizer
+  dripper run evaluate --input runs/s --extractor cpu --suite local
+  dripper run report --input runs/s --extractor cpu trafilatura --name first
+"""
+
+SIMPLIFY_EPILOG = """--input forms (several may be given):
+  snapshot:CRAWL_ID[@BASE]   a crawl's warc.paths.gz under BASE: s3 (Common Crawl's bucket, the default),
+                             https (its HTTPS mirror) or a folder/URL laid out like Common Crawl,
+                             e.g. snapshot:CC-MAIN-SAMPLE@data/sample (the bundled sample)
+  PATH/warc.paths.gz         a listing; relative entries resolve against the folder above crawl-data/
+  FILE, FOLDER or GLOB       WARC files (.warc, .warc.gz), local or s3://…, e.g. 's3://b/crawl/*.warc.gz'
+Listed files are taken in a deterministic order (--seed); --count/--fraction take a prefix of it, so a
+larger --count keeps the shard numbers of a smaller one.
+
+examples:
+  dripper run simplify --input snapshot:CC-MAIN-SAMPLE@data/sample --output runs/sample --workers 2
+  dripper run simplify --input snapshot:CC-MAIN-2025-13 --count 10 --output s3://my-bucket/run \\
+      --storage-option endpoint_url=http://127.0.0.1:9000 --scheduler tcp://10.0.0.5:8786
+"""
+
+EXTRACT_EPILOG = """--labeler takes a registered name or an import path module:factory (a BlockLabeler factory).
+Extracted shard i is made from simplified shard i; only finished simplified shards are read. A rerun
+skips finished extracted shards whatever labeler made them: use a new --output root (or --force) to
+extract again with another labeler.
+
+examples:
+  dripper run extract --input runs/sample --output runs/sample --labeler trafilatura
+  dripper run extract --input s3://my-bucket/run --output s3://my-bucket/run --labeler vllm \\
+      --labeler-option model=/models/dripper --batch-size 256
+"""
+
+
+def _add_common_run_options(parser: argparse.ArgumentParser, workers_help: str) -> None:
+    parser.add_argument("--workers", type=int, default=None, help=workers_help)
+    parser.add_argument(
+        "--scheduler", default=None, help="address of an existing Dask scheduler (tcp://host:8786)"
+    )
+    parser.add_argument(
+        "--storage-option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="fsspec option of the run root, repeatable (endpoint_url=…, key=…, client_kwargs.region_name=…)",
+    )
+    parser.add_argument("--force", action="store_true", help="recompute shards that are already done")
+    parser.add_argument("--quiet", action="store_true", help="no progress display, warnings only")
+
+
+def add_run_parser(commands) -> None:
+    from dripper_core.pipeline import DEFAULT_LABELER
+
+    run = commands.add_parser(
+        "run",
+        help="run a stage (simplify, extract, refine, tokenize, pretrain, evaluate, report) over a run root",
+        description=RUN_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    stages = run.add_subparsers(dest="stage", required=True)
+
+    simplify = stages.add_parser(
+        "simplify",
+        help="WARC files → {ROOT}/simplified/ shards (Dask)",
+        description="Simplify the HTML pages of WARC files into {ROOT}/simplified/, one shard per WARC file.",
+        epilog=SIMPLIFY_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    simplify.add_argument("--input", required=True, nargs="+", help="WARC inputs (forms below)")
+    simplify.add_argument("--output", required=True, help="the run root")
+    _add_common_run_options(
+        simplify, "Dask LocalCluster worker processes (default: one per core; 0: in this process)"
+    )
+    simplify.add_argument(
+        "--input-storage-option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="fsspec option of the inputs, repeatable (default: the --storage-option values)",
+    )
+    selection = simplify.add_mutually_exclusive_group()
+    selection.add_argument("--count", type=int, default=None, help="take this many WARC files")
+    selection.add_argument("--fraction", type=float, default=None, help="take this share of the WARC files")
+    simplify.add_argument("--seed", default="0", help="selection seed (default 0)")
+    simplify.add_argument("--warcs-per-shard", type=int, default=1, help="WARC files per shard (default 1)")
+    simplify.add_argument(
+        "--max-payload-bytes", type=int, default=None, help="larger WARC payloads are dropped as too_large"
+    )
+    simplify.set_defaults(handler=run_simplify_stage)
+
+    extract = stages.add_parser(
+        "extract",
+        help="ROOT/simplified/ → ROOT/extractors/{name}/extracted/ with an extractor spec",
+        description="Label the simplified pages of a run root and write {ROOT}/extracted/ (DESIGN.md columns).",
+        epilog=EXTRACT_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    extract.add_argument("--input", required=True, help="the run root holding simplified/")
+    extract.add_argument(
+        "--output",
+        default=None,
+        help="the extractor's folder, holding extracted/ (default: ROOT/extractors/{extractor name})",
+    )
+    extract.add_argument(
+        "--labeler",
+        default=DEFAULT_LABELER,
+        help=f"labeler name or module:factory (default {DEFAULT_LABELER})",
+    )
+    extract.add_argument(
+        "--labeler-option", action="append", metavar="KEY=VALUE", help="labeler build option, repeatable"
+    )
+    extract.add_argument(
+        "--extractor",
+        default=None,
+        metavar="SPEC",
+        help="an extractor spec instead of --labeler/--labeler-option/--fallback: NAME=LABELER,key=value,… "
+        "(e.g. v10=vllm,model=/models/MinerU-HTML,answer_format=json), recorded in ROOT/_extractor.json",
+    )
+    extract.add_argument("--batch-size", type=int, default=64, help="pages per labeler call (default 64)")
+    extract.add_argument("--fallback", default="trafilatura", help="fallback name, or none")
+    _add_common_run_options(
+        extract,
+        "0 (default): in this process, one labeler (a GPU engine) for all shards; "
+        "N: a Dask LocalCluster of N processes, a labeler each",
+    )
+    extract.set_defaults(workers=0, handler=run_extract_stage)
+    add_later_stages(stages)
+
+
+STAGE_EPILOG = """The extractor's folder is ROOT/extractors/{name} (dripper_core.layout), as extract and the DAGs
+write it; --extractor takes the name (or the spec used at extract). With one extractor folder under ROOT
+it may be left out.
+"""
+
+
+def _add_extractor_stage(stages, name: str, help_text: str, handler) -> argparse.ArgumentParser:
+    parser = stages.add_parser(
+        name,
+        help=help_text,
+        description=help_text,
+        epilog=STAGE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--input", required=True, help="the run root (holding simplified/ and extractors/)")
+    parser.add_argument(
+        "--extractor", default=None, help="the extractor's name (its folder under extractors/)"
+    )
+    parser.add_argument("--quiet", action="store_true", help="warnings only")
+    parser.set_defaults(handler=handler)
+    return parser
+
+
+def add_later_stages(stages) -> None:
+    """refine, tokenize, pretrain, evaluate, report: the stages after extract, on an extractor's folder."""
+    refine = _add_extractor_stage(
+        stages, "refine", "extracted/ → corpus/ with datatrove (filters, dedup)", run_refine_stage
+    )
+    refine.add_argument(
+        "--steps", default=None, help="comma-separated refinement steps (default: the default steps)"
+    )
+    refine.add_argument("--tasks", type=int, default=None, help="datatrove tasks per pass")
+    refine.add_argument(
+        "--processes", type=int, default=None, help="datatrove tasks run at once (-1: one per CPU)"
+    )
+    refine.add_argument("--config", default=None, help="more RefineConfig fields as JSON (or @file.json)")
+    refine.add_argument("--force", action="store_true", help="start over: delete this extractor's refinement")
+
+    tokenize = _add_extractor_stage(
+        stages, "tokenize", "corpus/ → tokens/ (Megatron .bin/.idx)", run_tokenize_stage
+    )
+    tokenize.add_argument("--tokenizer", required=True, help="a local tokenizer.json or its folder")
+    tokenize.add_argument("--eos-token", default="<|endoftext|>", help="appended to each document")
+    tokenize.add_argument(
+        "--force", action="store_true", help="retokenize (another tokenizer's tokens are refused)"
+    )
+
+    pretrain = _add_extractor_stage(
+        stages,
+        "pretrain",
+        "tokens/ → a model in pretrain/{run}/, every checkpoint exported",
+        run_pretrain_stage,
+    )
+    pretrain.add_argument("--tokenizer", required=True, help="the tokenizer folder the tokens were made with")
+    pretrain.add_argument("--model", default="tiny", help="model preset (tiny, llama-1b)")
+    pretrain.add_argument("--train-steps", type=int, default=20)
+    pretrain.add_argument(
+        "--eval-every", type=int, default=10, help="checkpoint (and later score) every N steps"
+    )
+    pretrain.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    pretrain.add_argument("--run", default=None, help="the run's folder name (default: {model}-{steps}steps)")
+    pretrain.add_argument(
+        "train_arguments", nargs=argparse.REMAINDER, help="more `python -m pretrain train` flags after --"
+    )
+
+    evaluate = _add_extractor_stage(
+        stages,
+        "evaluate",
+        "score every exported checkpoint on a benchmark suite (lm-eval)",
+        run_evaluate_stage,
+    )
+    evaluate.add_argument("--suite", default="local", help="suite name or file (local: offline; paper13)")
+    evaluate.add_argument(
+        "--run", default=None, help="the training run's folder name (default: the only one)"
+    )
+    evaluate.add_argument("--device", default="cpu")
+    evaluate.add_argument("--limit", type=int, default=None, help="documents per benchmark (default: all)")
+    evaluate.add_argument("--fixtures", default=None, help="fixture manifest: local files for Hub datasets")
+
+    report = stages.add_parser(
+        "report",
+        help="the ablation report over several extractors of a run root",
+        description="Score the extractors' specs on labelled pages, then render the ablation report into "
+        "ROOT/ablations/{name}/.",
+    )
+    report.add_argument("--input", required=True, help="the run root")
+    report.add_argument(
+        "--extractor", nargs="+", required=True, help="the extractors' names, in report order"
+    )
+    report.add_argument("--name", required=True, help="the ablation's name (its folder under ablations/)")
+    report.add_argument(
+        "--run", default=None, help="the training run's folder name (default: each one's only run)"
+    )
+    report.add_argument(
+        "--labelled-pages",
+        nargs="*",
+        default=None,
+        help="labelled page files (default: the bundled sample's)",
+    )
+    report.add_argument("--labelled-limit", type=int, default=None, help="labelled pages per file")
+    report.add_argument("--title", default=None)
+    report.add_argument("--quiet", action="store_true")
+    report.set_defaults(handler=run_report_stage)
+
+
+def _extractor_layout(args: argparse.Namespace):
+    """The extractor's folder under ``--input`` (``--extractor``, or the only one there)."""
+    from pathlib import Path
+
+    from dripper_core.layout import RunLayout
+
+    layout = RunLayout(args.input)
+    if args.extractor:
+        name = args.extractor
+        if "=" in name or "," in name:
+            from dripper_core.config.extractor import parse_extractor
+
+            name = parse_extractor(name).name
+        folder = layout.extractor(name)
+        if not Path(folder.root).is_dir():
+            raise FileNotFoundError(
+                f"{folder.root} does not exist: run `dripper run extract --input {args.input} "
+                f"--extractor {name}` first"
+            )
+        return folder
+    found = sorted(p.name for p in Path(layout.root, "extractors").glob("*") if p.is_dir())
+    if len(found) != 1:
+        raise ValueError(
+            f"{args.input}: name the extractor with --extractor (found: {', '.join(found) or 'none'})"
+        )
+    return layout.extractor(found[0])
+
+
+def _only_run(folder: str, what: str) -> str:
+    from pathlib import Path
+
+    runs = sorted(p.name for p in Path(folder).glob("*") if p.is_dir())
+    if len(runs) != 1:
+        raise ValueError(f"{folder}: name the {what} with --run (found: {', '.join(runs) or 'none'})")
+    return runs[0]
+
+
+def _print(result: dict) -> int:
+    print(json.dumps(result, indent=1, default=str))
+    return 0
+
+
+def run_refine_stage(args: argparse.Namespace) -> int:
+    from dripper_core.refine import run_refine
+    from dripper_core.refine.pipeline import _parse_config as parse_refine_config
+
+    _configure_run_logging(args.quiet)
+    folder = _extractor_layout(args)
+    config = parse_refine_config(args.config)
+    from dripper_core.refine.steps import DEFAULT_STEPS
+
+    steps = [step.strip() for step in args.steps.split(",") if step.strip()] if args.steps else DEFAULT_STEPS
+    config["steps"] = [
+        step for step in steps if step != "tokenize"
+    ]  # tokenize is its own stage, as in the DAGs
+    if args.tasks is not None:
+        config["tasks"] = args.tasks
+    if args.processes is not None:
+        config["workers"] = args.processes
+    summary = run_refine(folder.root, folder.root, config, force=args.force)
+    keep = ("documents_in", "documents_out", "tokens_in", "tokens_out", "dropped", "complete", "wall_seconds")
+    return _print({"corpus": folder.corpus, **{k: summary.get(k) for k in keep}})
+
+
+def run_tokenize_stage(args: argparse.Namespace) -> int:
+    from dripper_core.refine.tokenize import tokenize_corpus
+
+    _configure_run_logging(args.quiet)
+    folder = _extractor_layout(args)
+    summary = tokenize_corpus(
+        folder.corpus, folder.tokens, args.tokenizer, args.eos_token or None, force=args.force
+    )
+    return _print(
+        {"tokens": folder.tokens, **{k: summary.get(k) for k in ("documents", "tokens", "tokenizer")}}
+    )
+
+
+def run_pretrain_stage(args: argparse.Namespace) -> int:
+    import os
+
+    from eval.ablation import default_train_run
+    from pretrain.cli import main as pretrain_main
+
+    _configure_run_logging(args.quiet)
+    folder = _extractor_layout(args)
+    run = args.run or default_train_run(args.model, args.train_steps)
+    tokenizer = os.path.dirname(args.tokenizer) if os.path.isfile(args.tokenizer) else args.tokenizer
+    extra = [a for a in args.train_arguments if a != "--"]
+    train = ["train", "--out-dir", folder.pretrain(run), "--data", folder.tokens, "--tokenizer", tokenizer,
+             "--model", args.model, "--train-steps", str(args.train_steps), "--device", args.device,
+             "--save-interval", str(args.eval_every), "--keep-checkpoints", "0", *extra]  # fmt: skip
+    code = pretrain_main(train)
+    if code:
+        return code
+    return pretrain_main(["export", "--checkpoint", folder.pretrain(run), "--out", folder.hf_checkpoints(run),
+                          "--every-checkpoint"])  # fmt: skip
+
+
+def run_evaluate_stage(args: argparse.Namespace) -> int:
+    import shutil
+    from pathlib import Path
+
+    from eval.lm_suite import run_suite_many
+
+    _configure_run_logging(args.quiet)
+    folder = _extractor_layout(args)
+    run = args.run or _only_run(str(Path(folder.root, "pretrain")), "training run")
+    checkpoints = sorted(Path(folder.hf_checkpoints(run)).glob("iter_*"))
+    if not checkpoints:
+        raise FileNotFoundError(
+            f"{folder.hf_checkpoints(run)}: no exported checkpoint: run `dripper run pretrain` first"
+        )
+    out = Path(folder.evaluation(run))
+    summaries = run_suite_many(args.suite, checkpoints, out_dir=out / "checkpoints", device=args.device,
+                               limit=args.limit, fixtures=args.fixtures)  # fmt: skip
+    shutil.copyfile(out / "checkpoints" / f"{checkpoints[-1].name}.json", out / "scores.json")
+    return _print({"scores": str(out / "scores.json"), "means": {s["model"]: s["mean"] for s in summaries}})
+
+
+def run_report_stage(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from dripper_core.config.extractor import parse_extractors
+    from dripper_core.layout import RunLayout
+    from eval.ablation import ablation_manifest
+    from eval.extraction import BenchmarkConfig, run_benchmark
+    from eval.report import load_manifest, write_report
+
+    _configure_run_logging(args.quiet)
+    layout = RunLayout(args.input)
+    folders = [layout.extractor(name) for name in args.extractor]
+    for folder in folders:
+        if not Path(folder.spec_file).exists():
+            raise FileNotFoundError(
+                f"{folder.spec_file} is missing: extract with `dripper run extract` first"
+            )
+    specs = parse_extractors([json.loads(Path(f.spec_file).read_text()) for f in folders])
+    out = Path(layout.ablation(args.name))
+    labelled = args.labelled_pages or [
+        str(Path(__file__).resolve().parents[1] / "data" / "sample" / "pages.jsonl.gz")
+    ]
+    run_benchmark(
+        BenchmarkConfig(data=[Path(p) for p in labelled], extractors=list(specs), limit=args.labelled_limit,
+                        out=out / "extraction" / "summary.json"),
+        progress=False,
+    )  # fmt: skip
+    runs = {
+        f.root: args.run or _only_run(str(Path(f.root, "pretrain")), "training run")
+        for f in folders
+        if Path(f.root, "pretrain").is_dir()
+    }
+    manifest = ablation_manifest([f.root for f in folders], train_runs=runs,
+                                 extraction_summary=str(out / "extraction" / "summary.json"),
+                                 title=args.title or f"Extractor ablation {args.name}", run={"run_root": args.input})  # fmt: skip
+    (out / "report").mkdir(parents=True, exist_ok=True)
+    (out / "report" / "manifest.json").write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+    write_report(
+        load_manifest(out / "report" / "manifest.json"),
+        out / "report" / "report.html",
+        out / "report" / "report.md",
+    )
+    return _print(
+        {"html": str(out / "report" / "report.html"), "markdown": str(out / "report" / "report.md")}
+    )
+
+
+def _configure_run_logging(quiet: bool) -> bool | None:
+    """Log lines on a pipe, a progress bar on a terminal; returns the stage's ``progress`` argument."""
+    # Per-page complaints of the fallback extractor: each page's outcome is in its row already.
+    logging.getLogger("trafilatura").setLevel(logging.CRITICAL)
+    if quiet:
+        logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        return False
+    level = logging.WARNING if sys.stderr.isatty() else logging.INFO
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("distributed").setLevel(logging.WARNING)  # Dask's own start-up chatter
+    return None
+
+
+def _finish_stage(report) -> int:
+    print(json.dumps(report.to_dict(), indent=1))
+    return 0 if report.ok else 1
+
+
+def run_simplify_stage(args: argparse.Namespace) -> int:
+    from dripper_core.stages.simplify import SimplifyStageOptions, simplify_stage
+
+    progress = _configure_run_logging(args.quiet)
+    storage_options = parse_key_values(args.storage_option, "--storage-option")
+    input_options = (
+        parse_key_values(args.input_storage_option, "--input-storage-option")
+        if args.input_storage_option
+        else None
+    )
+    option_fields = {"warcs_per_shard": args.warcs_per_shard}
+    if args.max_payload_bytes is not None:
+        option_fields["max_payload_bytes"] = args.max_payload_bytes
+    report = simplify_stage(
+        args.input,
+        args.output,
+        workers=args.workers,
+        scheduler=args.scheduler,
+        options=SimplifyStageOptions(**option_fields),
+        storage_options=storage_options or None,
+        input_storage_options=input_options,
+        count=args.count,
+        fraction=args.fraction,
+        seed=int(args.seed) if args.seed.lstrip("-").isdigit() else args.seed,
+        force=args.force,
+        progress=progress,
+        raise_on_failure=False,
+    )
+    return _finish_stage(report)
+
+
+def run_extract_stage(args: argparse.Namespace) -> int:
+    from dripper_core.config.extractor import parse_extractor
+    from dripper_core.stages.extract import extract_with_spec
+
+    progress = _configure_run_logging(args.quiet)
+    storage_options = parse_key_values(args.storage_option, "--storage-option") or None
+    if args.extractor:
+        spec = parse_extractor(args.extractor)
+    else:
+        spec = parse_extractor(
+            {
+                "name": args.labeler.replace(":", "-"),
+                "labeler": args.labeler,
+                "options": parse_key_values(args.labeler_option, "--labeler-option"),
+                "fallback": args.fallback,
+            }
+        )
+    report = extract_with_spec(
+        args.input,
+        spec,
+        args.output,
+        batch_size=args.batch_size,
+        storage_options=storage_options,
+        force=args.force,
+        workers=args.workers,
+        scheduler=args.scheduler,
+        progress=progress,
+        raise_on_failure=False,
+    )
+    return _finish_stage(report)

@@ -1,0 +1,263 @@
+"""Extractor specs: a named labeler with its options and fallback, the unit an ablation compares.
+
+One spec format is read by ``corpus_build``, ``extractor_ablation``, ``extraction_benchmark``,
+``python -m eval.extraction`` and ``dripper run extract``::
+
+    cpu                                               # shorthand: the name is the labeler
+    qwen=vllm,model=/models/MinerU-HTML,answer_format=json
+    {"name": "v11", "labeler": "vllm", "options": {"model": "/models/v1.1"}, "fallback": "trafilatura"}
+
+or a YAML/JSON file holding a list of such entries (``extractors: [...]`` or a bare list).
+
+The name is unique within a run: it names the extractor's folder (``extractors/{name}/``) and its rows in
+the report. Structure is checked here (no heavy import; DAG files may import this module); the option names
+are checked against the labeler's own signature by :func:`check_labeler_options`, which imports the
+labeler registry (in a task or a CLI, not at DAG parse time). Every error names the extractor and the field.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+__all__ = [
+    "ANSWER_FORMATS",
+    "LM_LABELERS",
+    "ExtractorSpec",
+    "ExtractorSpecError",
+    "check_labeler_options",
+    "load_extractor_file",
+    "parse_extractor",
+    "parse_extractors",
+]
+
+#: Labelers that run a language model: they need ``model`` and take ``answer_format``.
+LM_LABELERS = ("vllm", "torch", "openai")
+#: ``compact``: MinerU-HTML v1.1 (``<answer>1main2other…</answer>``); ``json``: v1.0 ("Dripper").
+ANSWER_FORMATS = ("compact", "json")
+#: Options each LM labeler cannot run without.
+_REQUIRED_OPTIONS = {"vllm": ("model",), "torch": ("model",), "openai": ("model", "base_url")}
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+LABELER_PATTERN = r"^[A-Za-z0-9_.]+(:[A-Za-z0-9_.]+)?$"
+
+
+class ExtractorSpecError(ValueError):
+    """An extractor spec that cannot run; the message names the extractor and the field."""
+
+
+class ExtractorSpec(BaseModel):
+    """One extractor of a run.
+
+    Attributes:
+        name: Unique in a run; names the extractor's folder and its report rows.
+        labeler: A registered labeler (``cpu``, ``trafilatura``, ``vllm``, ``openai``, ``torch``, ``oracle``)
+            or ``module:factory``.
+        options: The labeler's keyword options (LM labelers: ``model``, ``revision``, ``answer_format``,
+            ``max_model_len``, engine options).
+        fallback: Extractor for pages the labeler cannot label (``None``: leave them empty).
+        fallback_on_empty: Also fall back when no block is labelled main content.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=NAME_PATTERN, description="Unique name: the folder and the report rows")
+    labeler: str = Field(pattern=LABELER_PATTERN, description="Registered labeler or module:factory")
+    options: dict[str, Any] = Field(default_factory=dict, description="The labeler's keyword options")
+    fallback: Literal["trafilatura", "empty"] | None = Field(
+        "trafilatura", description="Extractor for pages the labeler cannot label (none: leave them empty)"
+    )
+    fallback_on_empty: bool = Field(False, description="Also fall back when no block is labelled main")
+
+    @field_validator("fallback", mode="before")
+    @classmethod
+    def _none_spelled_out(cls, value: Any) -> Any:
+        return None if value in ("none", "") else value
+
+    @model_validator(mode="after")
+    def _lm_options(self) -> ExtractorSpec:
+        for option in _REQUIRED_OPTIONS.get(self.labeler, ()):
+            value = self.options.get(option)
+            if not isinstance(value, str) or not value.strip():
+                raise ValueError(
+                    f"options.{option}: the {self.labeler} labeler needs {option} "
+                    + (
+                        "(a local model folder or a Hugging Face id in the cache)"
+                        if option == "model"
+                        else "(the server's URL, http://host:port/v1)"
+                    )
+                )
+        answer_format = self.options.get("answer_format")
+        if answer_format is not None and answer_format not in ANSWER_FORMATS:
+            close = difflib.get_close_matches(str(answer_format), ANSWER_FORMATS, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ValueError(
+                f"options.answer_format: {answer_format!r} is not one of {', '.join(ANSWER_FORMATS)}{hint}"
+            )
+        return self
+
+    @property
+    def is_lm(self) -> bool:
+        return self.labeler in LM_LABELERS
+
+    @property
+    def needs_gpu(self) -> bool:
+        """Whether its extract tasks belong on a GPU worker (an LM engine in the worker: vllm, torch on CUDA)."""
+        if self.labeler == "vllm":
+            return True
+        return self.labeler == "torch" and str(self.options.get("device", "auto")) != "cpu"
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    def describe(self) -> str:
+        """One line for logs and the report: ``qwen = vllm (model=MinerU-HTML, answer_format=json)``."""
+        shown = {
+            key: (Path(str(value)).name if key == "model" else value) for key, value in self.options.items()
+        }
+        options = ", ".join(f"{key}={value}" for key, value in shown.items())
+        text = self.labeler + (f" ({options})" if options else "")
+        if self.fallback != "trafilatura":
+            text += f", fallback {self.fallback or 'none'}"
+        if self.fallback_on_empty:
+            text += ", fallback on empty"
+        return text if self.name == self.labeler and not options else f"{self.name} = {text}"
+
+
+def _value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def _default_name(labeler: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", labeler).strip("-.")[:64] or "extractor"
+
+
+def _from_text(text: str) -> dict[str, Any]:
+    """``cpu`` or ``NAME=LABELER,key=value,…`` (values JSON where they parse as JSON)."""
+    text = text.strip()
+    if text.startswith("{"):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ExtractorSpecError(f"extractor {text!r}: not valid JSON ({error})") from None
+    head, *pairs = [part.strip() for part in text.split(",")]
+    name, sep, labeler = head.partition("=")
+    if not sep:
+        name, labeler = _default_name(head), head
+    entry: dict[str, Any] = {"name": name.strip(), "labeler": labeler.strip(), "options": {}}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ExtractorSpecError(
+                f"extractor {entry['name']!r}: {pair!r} is not KEY=VALUE "
+                "(form: NAME=LABELER,key=value,…, e.g. qwen=vllm,model=/models/MinerU-HTML)"
+            )
+        key = key.strip()
+        if key in ("fallback", "fallback_on_empty"):
+            entry[key] = _value(value.strip())
+        else:
+            entry["options"][key] = _value(value.strip())
+    return entry
+
+
+def _error_message(entry: Mapping[str, Any], error: ValidationError) -> str:
+    name = entry.get("name") or entry.get("labeler") or "?"
+    parts = []
+    for item in error.errors():
+        field = ".".join(str(part) for part in item["loc"])
+        message = item["msg"].removeprefix("Value error, ")
+        parts.append(f"{field}: {message}" if field and not message.startswith(field) else message)
+    return f"extractor {name!r}: " + "; ".join(parts)
+
+
+def parse_extractor(value: str | Mapping[str, Any] | ExtractorSpec) -> ExtractorSpec:
+    """One spec from its shorthand, its ``NAME=LABELER,key=value`` form, a mapping or a spec.
+
+    Raises:
+        ExtractorSpecError: naming the extractor and the field.
+    """
+    if isinstance(value, ExtractorSpec):
+        return value
+    entry = _from_text(value) if isinstance(value, str) else dict(value)
+    if "labeler" in entry and not entry.get("name"):
+        entry["name"] = _default_name(str(entry["labeler"]))
+    try:
+        return ExtractorSpec.model_validate(entry)
+    except ValidationError as error:
+        raise ExtractorSpecError(_error_message(entry, error)) from None
+
+
+def parse_extractors(values: Iterable[str | Mapping[str, Any] | ExtractorSpec]) -> list[ExtractorSpec]:
+    """Specs from a list of entries; names must be unique (they name folders and report rows)."""
+    specs = [parse_extractor(value) for value in values]
+    seen: dict[str, ExtractorSpec] = {}
+    for spec in specs:
+        if spec.name in seen:
+            raise ExtractorSpecError(
+                f"extractor {spec.name!r}: name used twice ({seen[spec.name].describe()} and "
+                f"{spec.describe()}); give each extractor its own name, e.g. {spec.name}-2={spec.labeler},…"
+            )
+        seen[spec.name] = spec
+    if not specs:
+        raise ExtractorSpecError("no extractor given")
+    return specs
+
+
+def load_extractor_file(path: str | Path) -> list[ExtractorSpec]:
+    """Specs from a YAML or JSON file: a list of entries, or ``{"extractors": [...]}``."""
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".json":
+        data = json.loads(text)
+    else:
+        import yaml
+
+        data = yaml.safe_load(text)
+    if isinstance(data, Mapping):
+        data = data.get("extractors")
+    if not isinstance(data, list):
+        raise ExtractorSpecError(f"{path}: expected a list of extractors (or extractors: [...])")
+    try:
+        return parse_extractors(data)
+    except ExtractorSpecError as error:
+        raise ExtractorSpecError(f"{path}: {error}") from None
+
+
+def check_labeler_options(specs: Sequence[ExtractorSpec]) -> None:
+    """Check each spec's labeler exists and takes its option names (imports the labeler registry only;
+    no engine is started)."""
+    import inspect
+
+    from dripper_core.labelers.base import _REGISTRY, _load_builtin_labelers
+
+    _load_builtin_labelers()
+    for spec in specs:
+        if ":" in spec.labeler:
+            continue  # an import path: its factory is checked when it is built
+        factory = _REGISTRY.get(spec.labeler)
+        if factory is None:
+            close = difflib.get_close_matches(spec.labeler, _REGISTRY, n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise ExtractorSpecError(
+                f"extractor {spec.name!r}: labeler: unknown labeler {spec.labeler!r} "
+                f"(known: {', '.join(sorted(_REGISTRY))}){hint}"
+            )
+        parameters = inspect.signature(factory).parameters
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+            continue
+        for option in spec.options:
+            if option not in parameters:
+                close = difflib.get_close_matches(option, parameters, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise ExtractorSpecError(
+                    f"extractor {spec.name!r}: options.{option}: the {spec.labeler} labeler takes no option "
+                    f"{option!r} (it takes {', '.join(parameters)}){hint}"
+                )

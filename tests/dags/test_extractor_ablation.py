@@ -1,0 +1,237 @@
+"""extractor_ablation end to end with ``dag.test()`` on the bundled sample: four extractors (``cpu``,
+``trafilatura`` and two specs of the ``vllm`` labeler on the tiny local Qwen3 in vLLM's CPU build, under two
+names), each corpus pretrained on the tiny model with two evaluated checkpoints, then the report, whose
+figures are read back and checked against the run's own outputs. Then the checks that stop a run before
+any WARC is read: a bad extractor spec and a benchmark suite whose data is not here."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from tests.dags import DAGS_DIR, SAMPLE, dag_run_xcoms, small_crawl
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+TINY_QWEN = REPO / ".cache" / "models" / "tiny-qwen3"
+SECTIONS = ("run", "summary", "comparisons", "training-scores", "scores", "corpus", "extraction", "training")
+
+
+#: Pages of the crawl the LM extractors label: the tiny model in vLLM's CPU build takes seconds a page.
+CRAWL_PAGES = 12
+
+
+@pytest.fixture(scope="module")
+def crawl(tmp_path_factory) -> Path:
+    return small_crawl(tmp_path_factory.mktemp("crawl"), CRAWL_PAGES)
+
+
+@pytest.fixture(scope="module")
+def ablation():
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(str(DAGS_DIR / "extractor_ablation.py"))
+    assert bag.import_errors == {}
+    return bag.dags["extractor_ablation"]
+
+
+def _vllm_spec(name: str, extra: str = "") -> str:
+    return (
+        f"{name}=vllm,model={TINY_QWEN},max_model_len=1024,dtype=float32,enforce_eager=true,"
+        f"gpu_memory_utilization=0.2{extra}"
+    )
+
+
+def _conf(tmp_path: Path, tokenizer: str, extractors: list[str], crawl: Path | None = None, **more) -> dict:
+    return {
+        "crawl_id": "CC-MAIN-SMALL" if crawl else "CC-MAIN-SAMPLE",
+        "crawl_base": str(crawl or SAMPLE),
+        "warc_count": 1,
+        "warcs_per_task": 1,
+        "extractors": extractors,
+        "storage_root": str(tmp_path / "runs"),
+        "dask_workers": 0,
+        # extract_workers keeps its default (1): each extract task's labeler lives in a Dask worker process.
+        "refine_tasks": 1,
+        "refine_workers": 1,
+        "tokenizer": tokenizer,
+        "train_steps": 4,
+        "eval_every": 2,
+        "benchmark_limit": 3,
+        "ablation_name": "test",
+        **more,
+    }
+
+
+class _Report(HTMLParser):
+    """The report's sections (their text) and figure data."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sections: dict[str, str] = {}
+        self.figure_data: dict[str, object] = {}
+        self._section: str | None = None
+        self._script: str | None = None
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "section":
+            self._section = attrs.get("id")
+            self.sections[self._section] = ""
+        if tag == "script" and attrs.get("class") == "figure-data":
+            self._script = attrs["data-figure"]
+
+    def handle_endtag(self, tag):
+        if tag == "section":
+            self._section = None
+        if tag == "script":
+            self._script = None
+
+    def handle_data(self, data):
+        if self._script:
+            self.figure_data[self._script] = json.loads(data)
+        elif self._section:
+            self.sections[self._section] += data
+
+
+def test_ablation_with_two_lm_specs_runs_to_a_report_that_reads_back(
+    ablation, airflow_db, tokenizer_dir, crawl, tmp_path
+):
+    pytest.importorskip("vllm")
+    pytest.importorskip("matplotlib")
+    if not (TINY_QWEN / "config.json").exists():
+        pytest.skip(f"{TINY_QWEN} is missing: `python scripts/make_tiny_models.py` (make install) builds it")
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    names = ["cpu", "trafilatura", "qwen-a", "qwen-b"]
+    extractors = ["cpu", "trafilatura", _vllm_spec("qwen-a"), _vllm_spec("qwen-b", ",fallback_on_empty=true")]
+    run = ablation.test(run_conf=_conf(tmp_path, tokenizer_dir, extractors, crawl))
+    states = {(ti.task_id, ti.map_index): ti.state for ti in run.get_task_instances()}
+    assert run.state == "success", states
+    xcoms = dag_run_xcoms(run)
+
+    # One corpus per spec name, each folder recording its spec; the two vllm specs are two corpora.
+    extracts = {xcoms[("extract", i)]["extractor"]: xcoms[("extract", i)] for i in range(4)}
+    assert sorted(extracts) == sorted(names)
+    for name, result in extracts.items():
+        root = Path(result["output_root"])
+        assert root.name == name and root.parent.name == "extractors"
+        assert json.loads((root / "_extractor.json").read_text())["name"] == name
+    assert extracts["qwen-a"]["labeler"] == extracts["qwen-b"]["labeler"] == "vllm"
+    assert extracts["qwen-b"]["spec"]["fallback_on_empty"] is True
+    vllm_rows = extracts["qwen-a"]["pages_out"]
+    assert vllm_rows > 0 and extracts["qwen-a"]["fallbacks"] is not None
+
+    # Each model: two checkpoints exported and scored.
+    evaluations = {Path(xcoms[("evaluate", i)]["root"]).name: xcoms[("evaluate", i)] for i in range(4)}
+    assert sorted(evaluations) == sorted(names)
+    for evaluation in evaluations.values():
+        assert len(evaluation["checkpoint_scores"]) == 2
+
+    report = xcoms[("ablation_report", -1)]
+    page = Path(report["html"]).read_text(encoding="utf-8")
+    parsed = _Report()
+    parsed.feed(page)
+    for section in SECTIONS:
+        for name in names:
+            assert name in parsed.sections[section], (section, name)
+
+    data = json.loads(
+        re.search(r'<script type="application/json" id="report-data">(.*?)</script>', page).group(1)
+    )
+    by_name = {e["name"]: e for e in data["extractors"]}
+    for name in names:
+        root = Path(extracts[name]["output_root"])
+        # Scores over training: the curve's points are the per-checkpoint score files.
+        points = [json.loads(Path(p).read_text()) for p in evaluations[name]["checkpoint_scores"]]
+        curve = parsed.figure_data["curve"][name]
+        assert curve["step"] == [p["step"] for p in points] == [2, 4]
+        assert curve["tokens"] == [p["tokens"] for p in points]
+        assert curve["mean"] == pytest.approx([100 * p["mean"] for p in points])
+        assert curve["mean_stderr"] == pytest.approx([100 * p["mean_stderr"] for p in points])
+        final = json.loads(Path(evaluations[name]["scores"]).read_text())
+        assert parsed.figure_data["scores"][name] == pytest.approx(
+            {task: 100 * row["score"] for task, row in final["tasks"].items()}
+        )
+        # Corpus size: the refinement summary and the tokens the model trained on.
+        refine = json.loads((root / "refine" / "_summary.json").read_text())
+        assert parsed.figure_data["corpus"][name]["docs_out"] == [row["docs_out"] for row in refine["steps"]]
+        tokens = json.loads((root / "tokens" / "_summary.json").read_text())
+        assert by_name[name]["tokens"]["tokens"] == tokens["tokens"]
+        assert f"{tokens['tokens']:,}" in parsed.sections["summary"]
+        # Extraction quality: the same spec, scored on the labelled pages.
+        assert by_name[name]["extraction_row"] == f"dripper:{name}/md"
+        assert by_name[name]["extraction"] is not None
+        # Training loss: the run's own log.
+        log = [json.loads(line) for line in (Path(evaluations[name]["run_dir"]) / "train_log.jsonl").open()]
+        assert parsed.figure_data["loss"][name]["loss"] == [r["loss"] for r in log]
+    extraction = json.loads(Path(xcoms[("extraction_quality", -1)]["summary"]).read_text())
+    assert parsed.figure_data["extraction"] == {
+        row: v["all"]["rouge5_f1"] for row, v in extraction["rows"].items()
+    }
+    # Every pair compared against its combined standard error.
+    assert len(data["comparisons"]) == 6
+    assert all(c["mean"]["verdict"] in ("> 2 SE", "> 1 SE", "within 1 SE") for c in data["comparisons"])
+    assert "tokenizer" not in " ".join(re.findall(r"<th>(.*?)</th>", page)).lower()
+
+
+def test_bad_specs_and_missing_benchmark_data_stop_the_run_before_any_warc(
+    ablation, airflow_db, tokenizer_dir, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-hf-cache"))
+    conf = _conf(
+        tmp_path, tokenizer_dir, ["cpu", "x=vllm,model=/models/m,answer_format=compakt"], eval_suite="paper13"
+    )
+    run = ablation.test(run_conf=conf)
+    states = {ti.task_id: ti.state for ti in run.get_task_instances() if ti.map_index == -1}
+    assert run.state == "failed"
+    assert states["check_extractors"] == "failed" and states["check_suite"] == "failed"
+    assert states["select_warcs"] == "upstream_failed"
+    assert not (tmp_path / "runs").exists()  # nothing selected, read or written
+
+
+def test_spec_errors_name_the_extractor_and_the_field(ablation):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    check = ablation.get_task("check_extractors").python_callable
+    with pytest.raises(
+        AirflowFailException, match=r"extractor 'x': options\.answer_format: 'compakt'.*'compact'"
+    ):
+        check(params={"extractors": ["cpu", "x=vllm,model=/m,answer_format=compakt"]})
+    with pytest.raises(
+        AirflowFailException, match=r"extractor 'y': options\.model: the vllm labeler needs model"
+    ):
+        check(params={"extractors": ["y=vllm"]})
+    with pytest.raises(
+        AirflowFailException, match=r"extractor 'z': options\.thresold.*did you mean 'threshold'"
+    ):
+        check(params={"extractors": ["z=cpu,thresold=0.5"]})
+    specs = check(params={"extractors": ["cpu", _vllm_spec("v10", ",answer_format=json")]})
+    assert [s["name"] for s in specs] == ["cpu", "v10"] and specs[1]["options"]["answer_format"] == "json"
+
+
+def test_missing_benchmark_data_names_the_benchmarks_and_the_fix(tmp_path, monkeypatch):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from operators.stages import CheckSuiteOperator
+
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-hf-cache"))
+    with pytest.raises(AirflowFailException) as failure:
+        CheckSuiteOperator(task_id="check_suite", suite="paper13").execute({})
+    message = str(failure.value)
+    for benchmark in ("mmlu", "hellaswag", "boolq"):
+        assert benchmark in message
+    assert "HF_DATASETS_OFFLINE" in message and "--fixtures" in message
+    assert CheckSuiteOperator(task_id="check_suite", suite="local").execute({})["result"]["tasks"] == {
+        "local_text": "ok"
+    }

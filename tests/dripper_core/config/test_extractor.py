@@ -1,0 +1,122 @@
+"""Extractor specs: one format for every front end, errors that name the extractor and the field."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from dripper_core.config.extractor import (
+    ExtractorSpec,
+    ExtractorSpecError,
+    check_labeler_options,
+    load_extractor_file,
+    parse_extractor,
+    parse_extractors,
+)
+
+
+def test_plain_names_are_shorthand():
+    spec = parse_extractor("cpu")
+    assert spec == ExtractorSpec(name="cpu", labeler="cpu")
+    assert (spec.fallback, spec.fallback_on_empty, spec.options) == ("trafilatura", False, {})
+    assert parse_extractor("tests.mod:Factory").name == "tests.mod-Factory"
+
+
+def test_named_specs_with_options_in_every_form():
+    text = parse_extractor(
+        "v10=vllm,model=/models/MinerU-HTML,answer_format=json,max_model_len=8192,fallback=none"
+    )
+    as_json = parse_extractor(json.dumps(text.to_dict()))
+    as_dict = parse_extractor(
+        {
+            "name": "v10",
+            "labeler": "vllm",
+            "options": {"model": "/models/MinerU-HTML", "answer_format": "json", "max_model_len": 8192},
+            "fallback": None,
+        }
+    )
+    assert text == as_json == as_dict
+    assert text.options["max_model_len"] == 8192  # JSON values
+    assert text.fallback is None
+    assert text.is_lm and text.needs_gpu
+    assert not parse_extractor("t=torch,model=/m,device=cpu").needs_gpu
+    assert (
+        text.describe()
+        == "v10 = vllm (model=MinerU-HTML, answer_format=json, max_model_len=8192), fallback none"
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (
+            "x=vllm,model=/m,answer_format=compakt",
+            r"extractor 'x': options\.answer_format: 'compakt' is not one of compact, json; did you mean 'compact'",
+        ),
+        ("y=vllm", r"extractor 'y': options\.model: the vllm labeler needs model"),
+        ("z=torch,model=", r"extractor 'z': options\.model"),
+        ("o=openai,model=/m", r"extractor 'o': options\.base_url: the openai labeler needs base_url"),
+        ("f=cpu,fallback=readability", r"extractor 'f': fallback: Input should be 'trafilatura' or 'empty'"),
+        ("has space=cpu", r"extractor 'has space': name: String should match pattern"),
+        ("n=cpu,novalue", r"extractor 'n': 'novalue' is not KEY=VALUE"),
+        (
+            {"name": "e", "labeler": "cpu", "extra": 1},
+            r"extractor 'e': extra: Extra inputs are not permitted",
+        ),
+    ],
+)
+def test_structure_errors_name_the_extractor_and_the_field(value, message):
+    with pytest.raises(ExtractorSpecError, match=message):
+        parse_extractor(value)
+
+
+def test_option_names_are_checked_against_the_labeler():
+    with pytest.raises(
+        ExtractorSpecError, match=r"extractor 'c': options\.thresold: .*did you mean 'threshold'"
+    ):
+        check_labeler_options(parse_extractors(["c=cpu,thresold=0.6"]))
+    with pytest.raises(
+        ExtractorSpecError, match=r"extractor 'q': labeler: unknown labeler 'vlm'.*did you mean vllm"
+    ):
+        check_labeler_options(parse_extractors(["q=vlm"]))
+    check_labeler_options(
+        parse_extractors(["cpu", "c2=cpu,threshold=0.6", "v=vllm,model=/m,gpu_memory_utilization=0.5"])
+    )
+
+
+def test_names_are_unique_in_a_run():
+    with pytest.raises(ExtractorSpecError, match=r"extractor 'cpu': name used twice"):
+        parse_extractors(["cpu", "cpu=cpu,threshold=0.6"])
+    specs = parse_extractors(["a=vllm,model=/m", "b=vllm,model=/m,answer_format=json"])
+    assert [s.name for s in specs] == ["a", "b"]
+    with pytest.raises(ExtractorSpecError, match="no extractor given"):
+        parse_extractors([])
+
+
+def test_spec_files(tmp_path):
+    (tmp_path / "ok.yaml").write_text(
+        "extractors:\n  - cpu\n  - {name: v11, labeler: vllm, options: {model: /models/v1.1}}\n"
+        "  - v10=vllm,model=/models/v1.0,answer_format=json\n"
+    )
+    assert [s.name for s in load_extractor_file(tmp_path / "ok.yaml")] == ["cpu", "v11", "v10"]
+    (tmp_path / "bad.json").write_text(json.dumps([{"name": "v", "labeler": "vllm", "options": {}}]))
+    with pytest.raises(ExtractorSpecError, match=r"bad\.json: extractor 'v': options\.model"):
+        load_extractor_file(tmp_path / "bad.json")
+
+
+def test_the_module_is_light_enough_for_dag_files():
+    """Importing it pulls in no labeler, engine or data library (DAG files import it at parse time)."""
+    code = (
+        "import sys, dripper_core.config.extractor as m; m.parse_extractors(['cpu', 'v=vllm,model=/m']);"
+        "heavy = [n for n in ('torch', 'vllm', 'lxml', 'pyarrow', 'dripper_core.labelers') if n in sys.modules];"
+        "print(heavy)"
+    )
+    assert (
+        subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        == "[]"
+    )
