@@ -66,7 +66,20 @@ def carry_listing() -> dict:
         "total_mib": round(total / 2**20, 2),
         "limit_mib": CARRY_LIMIT_MIB,
         "missing": [path for path, size in sizes.items() if size is None],
+        # The repository travels too, within the same limit: tracked and untracked files git does not ignore.
+        "working_tree_mib": _working_tree_mib(),
     }
+
+
+def _working_tree_mib() -> float | None:
+    try:
+        listed = subprocess.run(
+            ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, capture_output=True, check=True
+        ).stdout.split(b"\0")
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    files = [REPO / name.decode() for name in listed if name]
+    return round(sum(path.stat().st_size for path in files if path.is_file()) / 2**20, 2)
 
 
 def steps(tiny: bool, calls: Path, out: Path) -> list[tuple[str, list[str], float]]:

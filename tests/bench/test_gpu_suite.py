@@ -38,11 +38,11 @@ def suite():
 
 @pytest.fixture(scope="module")
 def calls_file(tmp_path_factory) -> Path:
-    """Prompts of 3 sample pages prepared as for the GPU run (oracle labels, CPU-labeler drafts)."""
+    """Prompts of 2 sample pages prepared as for the GPU run (oracle labels, CPU-labeler drafts)."""
     if not (TOKENIZER / "tokenizer.json").exists():
         pytest.skip(f"{TOKENIZER} is missing: build it with `python scripts/make_tiny_models.py`")
     path = tmp_path_factory.mktemp("calls") / "calls.json.gz"
-    _load("lm_engine").prepare(SAMPLE_PAGES, 4096, path, limit=3)
+    _load("lm_engine").prepare(SAMPLE_PAGES, 4096, path, limit=2)
     return path
 
 
@@ -57,13 +57,14 @@ def test_carry_list_names_the_prepared_files_under_the_limit(suite, capsys):
     assert listing["limit_mib"] == 64
     present = [size for size in listing["bytes"].values() if size is not None]
     assert listing["total_mib"] == pytest.approx(sum(present) / 2**20, abs=0.01)
-    assert listing["total_mib"] < 64
+    assert listing["total_mib"] + (listing["working_tree_mib"] or 0) < 64  # both travel within 64 MiB
 
 
 def test_the_whole_suite_runs_on_cpu(suite, calls_file, tmp_path):
     pytest.importorskip("megatron.core")
     out = tmp_path / "out"
-    assert suite.main([str(out), "--tiny", "--calls", str(calls_file), "--budget", "400"]) == 0
+    # A generous budget: about 100 s of CPU in all, but 2 to 6 minutes of wall time on 2 shared cores.
+    assert suite.main([str(out), "--tiny", "--calls", str(calls_file), "--budget", "1500"]) == 0
     lines = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     steps = {line["suite_step"]: line for line in lines if "suite_step" in line}
     assert list(steps) == ["lm-qwen3-0.6b", "lm-hunyuan-0.5b", "pretrain-1b-mbs8", "pretrain-1b-mbs16"]
