@@ -11,7 +11,7 @@ with the job's log tail, cancel with ``scancel`` when the task is killed or clea
   submits the passes as a chain of jobs (:func:`dripper_core.refine.run_refine` with ``executor="slurm"``),
   the trigger waits for them, and :func:`dripper_core.refine.pipeline.complete_refine` checks every task
   and writes the summary; a failed job cancels the rest of the chain.
-- :func:`submit_pretrain` is :class:`operators.jobs.PretrainOperator`'s ``executor="slurm"``: the training
+- :func:`submit_pretrain` is :class:`operators.jobs.PretrainOperator`'s ``run_on="slurm"``: the training
   command it would run locally, as an ``sbatch`` script from :mod:`pretrain.slurm` (``srun`` + ``torchrun``
   on every node). A retried or cleared task submits again and training resumes from the run's latest
   checkpoint.
@@ -41,6 +41,7 @@ __all__ = [
     "job_outcome",
     "slurm_environment",
     "submit_and_defer",
+    "submit_module_job",
     "submit_pretrain",
 ]
 
@@ -194,33 +195,61 @@ def on_kill_cancel(operator: Any) -> None:
             slurm_jobs.cancel(job_id, {**os.environ, **slurm_environment()})
 
 
-def submit_pretrain(operator: Any, context: Any, run_dir: str, root: str) -> None:
-    """``PretrainOperator(executor="slurm")``: submit the training as an ``sbatch`` job and defer.
+def submit_module_job(
+    operator: Any,
+    *,
+    log_dir: str,
+    job_name: str,
+    launcher: str = "torchrun",
+    method_name: str = "execute_slurm_complete",
+    kwargs: dict[str, Any] | None = None,
+) -> None:
+    """Submit ``python -m {operator.module} {operator.arguments…}`` as an ``sbatch`` job and defer.
 
-    The script and logs go to ``{run_dir}/slurm/``; the job is named ``pretrain-{run}`` unless the Slurm
-    options name it. Resumes in :meth:`~operators.jobs.PretrainOperator.execute_slurm_complete`.
+    ``operator.slurm`` holds :class:`pretrain.slurm.SlurmJobConfig`'s fields; the script and the job's log
+    go to ``log_dir``; the job is named ``job_name`` unless the options name it. ``launcher``:
+    ``torchrun`` on every node, or ``python`` (one process).
     """
     from airflow.sdk.exceptions import AirflowFailException
 
     try:
         config = slurm_jobs.SlurmJobConfig.from_dict(operator.slurm)
+        nproc = int(getattr(operator, "nproc", 1) or 1)
+        if not config.gpus_per_node and nproc > 1 and config.processes_per_node == 1:
+            config = slurm_jobs.SlurmJobConfig.from_dict({**config.to_dict(), "processes_per_node": nproc})
+        os.makedirs(log_dir, exist_ok=True)
+        script = slurm_jobs.render_sbatch(
+            config,
+            operator.arguments,
+            job_name=job_name,
+            log_dir=log_dir,
+            module=operator.module,
+            launcher=launcher,
+        )
     except (TypeError, ValueError) as error:
         raise AirflowFailException(f"{operator.task_id}: slurm={operator.slurm!r}: {error}") from None
-    nproc = int(operator.nproc or 1)
-    if not config.gpus_per_node and nproc > 1 and config.processes_per_node == 1:
-        config = slurm_jobs.SlurmJobConfig.from_dict({**config.to_dict(), "processes_per_node": nproc})
-    log_dir = os.path.join(run_dir, "slurm")
-    os.makedirs(log_dir, exist_ok=True)
-    name = f"pretrain-{os.path.basename(run_dir.rstrip('/'))}"
-    script = slurm_jobs.render_sbatch(config, operator.arguments, job_name=name, log_dir=log_dir)
     stamp = time.strftime("%Y%m%dT%H%M%S")
     submit_and_defer(
         operator,
         script,
-        os.path.join(log_dir, f"{name}-{stamp}.sbatch"),
+        os.path.join(log_dir, f"{job_name}-{stamp}.sbatch"),
         os.path.join(log_dir, "slurm-%j.out"),
-        method_name="execute_slurm_complete",
+        method_name=method_name,
         poll_seconds=config.poll_seconds,
+        kwargs=kwargs,
+    )
+
+
+def submit_pretrain(operator: Any, context: Any, run_dir: str, root: str) -> None:
+    """``PretrainOperator(run_on="slurm")``: submit the training as an ``sbatch`` job and defer.
+
+    The script and logs go to ``{run_dir}/slurm/``; the job is named ``pretrain-{run}`` unless the Slurm
+    options name it. Resumes in :meth:`~operators.jobs.PretrainOperator.execute_slurm_complete`.
+    """
+    submit_module_job(
+        operator,
+        log_dir=os.path.join(run_dir, "slurm"),
+        job_name=f"pretrain-{os.path.basename(run_dir.rstrip('/'))}",
         kwargs={"run_dir": run_dir, "root": root},
     )
 

@@ -162,8 +162,10 @@ def render_sbatch(
     job_name: str,
     log_dir: str | os.PathLike,
     module: str = "pretrain",
+    launcher: str = "torchrun",
 ) -> str:
-    """The ``sbatch`` script running ``python -m {module} {arguments…}`` under ``torchrun`` on every node.
+    """The ``sbatch`` script running ``python -m {module} {arguments…}`` under ``torchrun`` on every node
+    (``launcher="torchrun"``), or once in a single process (``launcher="python"``: evaluation, export).
 
     Args:
         config: Resources and environment of the job.
@@ -172,11 +174,17 @@ def render_sbatch(
         job_name: ``--job-name`` unless ``config.job_name`` is set.
         log_dir: Folder of the job's log (``{log_dir}/slurm-{job id}.out``, stdout and stderr); it must
             exist on a filesystem the nodes and the submitting machine share.
-        module: The Python module ``torchrun`` runs.
+        module: The Python module to run.
+        launcher: ``torchrun`` (one per node, rendezvous from Slurm's environment) or ``python`` (one
+            process on the first node; ``config.nodes`` must be 1).
 
     Returns:
         The script's text (starts with ``#!/bin/bash``: ``sbatch`` refuses scripts without one).
     """
+    if launcher not in ("torchrun", "python"):
+        raise ValueError(f"launcher={launcher!r}: use 'torchrun' or 'python'")
+    if launcher == "python" and int(config.nodes) != 1:
+        raise ValueError(f"slurm nodes={config.nodes}: a single-process job ({module}) runs on 1 node")
     python = config.python or _default_python()
     name = _job_name(config.job_name or job_name)
     directives = [
@@ -223,6 +231,29 @@ def render_sbatch(
             *(shlex.quote(str(a)) for a in arguments if a is not None),
         ]
     )
+    if launcher == "python":
+        command = " ".join(
+            [
+                shlex.quote(python),
+                "-m",
+                shlex.quote(module),
+                *(shlex.quote(str(a)) for a in arguments if a is not None),
+            ]
+        )
+        return "\n".join(
+            [
+                "#!/bin/bash",
+                f"# {name}: python -m {module} in one process, written by pretrain.slurm",
+                *(f"#SBATCH {d}" for d in directives),
+                "set -euo pipefail",
+                *env_lines,
+                "export PYTHONUNBUFFERED=1",
+                *config.setup,
+                'echo "pretrain.slurm: job $SLURM_JOB_ID on $SLURM_JOB_NODELIST"',
+                f"srun --ntasks=1 {command}",
+                "",
+            ]
+        )
     lines = [
         "#!/bin/bash",
         f"# {name}: python -m {module} on {int(config.nodes)} node(s) x {config.processes} process(es), "
