@@ -3,6 +3,8 @@
 Usage::
 
     .venv/bin/python bench/cpu_labeler.py speed [--data FILE…] [--limit N] [--model MODEL]
+    .venv/bin/python bench/cpu_labeler.py memory [--data FILE…] [--synthetic-mb MB]
+    .venv/bin/python bench/cpu_labeler.py reference (--write OUT.jsonl.gz | --check FILE) [--data FILE…]
     .venv/bin/python bench/cpu_labeler.py quality [--data FILE…] [--by site|page|source] [--folds K]
         [--baselines trafilatura resiliparse readability] [--workers N] [--out SUMMARY.json]
 
@@ -10,6 +12,18 @@ Usage::
 (decode, simplify, label, reconstruct, Markdown) then Trafilatura (``extract``, Markdown, tables, no
 comments) on the same bytes, alternating so that both see the same machine load. CPU time of this process
 is the measure (pages/s per core); wall time is printed too.
+
+``speed`` prints these per data file (dev, dev_hard) and for all pages, with each step's ms per page:
+simplify, features, trees (both stages), render (reconstruct and Markdown), fallback, other (decoding,
+checks).
+
+``memory``: peak RSS of a fresh worker process (imports, model, one page) on the largest page of
+``--data`` (default dev_hard), and on a synthetic page of ``--synthetic-mb`` MB.
+
+``reference``: per page, hashes of the features and probabilities, the labels and confidences, and hashes
+of the Markdown and main HTML: ``--write`` them from one version of the code, ``--check`` another version
+against them (a faster path must give the same outputs; ``tests/dripper_core/labelers/cpu/
+test_reference_outputs.py`` checks the bundled sample against a file written before the fast path).
 
 ``quality``: every page is labelled by a model that never saw it. The training pages (full-text pages of
 ``--data``) are split into folds grouped by site (``--by site``, the default), by page, or one fold per
@@ -24,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import hashlib
 import itertools
 import json
 import pickle
@@ -58,58 +73,238 @@ def _records(paths: Sequence[Path], limit: int | None) -> list[dict]:
 # -- speed ------------------------------------------------------------------------------------------------
 
 
-def run_speed(args: argparse.Namespace) -> int:
-    from trafilatura import extract as trafilatura_extract
+_STEPS = ("simplify", "features", "trees", "render", "fallback")
 
-    from dripper_core.labelers.cpu.model import CpuLabeler
-    from dripper_core.pipeline import ExtractOptions, Extractor
 
-    records = _records(args.data, args.limit)
-    blobs = [(str(r["id"]), r["html"].encode("utf-8"), r.get("url")) for r in records if r.get("html")]
-    started = time.process_time()
-    labeler = CpuLabeler(model=args.model)
-    load_seconds = time.process_time() - started
-    extractor = Extractor(labeler, ExtractOptions(fallback="trafilatura", batch_size=args.chunk))
-    # Warm both up (imports, lazy tables) outside the measurement.
-    extractor.extract_batch([Page(doc_id=blobs[0][0], html=blobs[0][1], url=blobs[0][2])])
-    trafilatura_extract(blobs[0][1], url=blobs[0][2], output_format="markdown", include_tables=True)
-
+def _speed_group(extractor, labeler, blobs, chunk: int, trafilatura_extract) -> dict:
+    """Dripper then Trafilatura on each chunk of ``blobs``: CPU and wall seconds, step seconds, extractors."""
     cpu = {"dripper:cpu": 0.0, "trafilatura": 0.0}
     wall = dict.fromkeys(cpu, 0.0)
-    steps: Counter = Counter()
+    steps = dict.fromkeys(_STEPS, 0.0)
     extractors: Counter = Counter()
-    for offset in range(0, len(blobs), args.chunk):
-        chunk = blobs[offset : offset + args.chunk]
-        pages = [Page(doc_id=doc_id, html=html, url=url) for doc_id, html, url in chunk]
+    for offset in range(0, len(blobs), chunk):
+        part = blobs[offset : offset + chunk]
+        pages = [Page(doc_id=doc_id, html=html, url=url) for doc_id, html, url in part]
+        before = dict(labeler.seconds)
         cpu_start, wall_start = time.process_time(), time.perf_counter()
         results = extractor.extract_batch(pages)
         cpu["dripper:cpu"] += time.process_time() - cpu_start
         wall["dripper:cpu"] += time.perf_counter() - wall_start
+        for key in ("features", "trees"):
+            steps[key] += labeler.seconds[key] - before[key]
         for result in results:
             extractors[result.extractor] += 1
-            for key in ("simplify_seconds", "label_seconds", "render_seconds", "fallback_seconds"):
-                steps[key] += result.stats.get(key, 0.0)
+            for key in ("simplify", "render", "fallback"):
+                steps[key] += result.stats.get(f"{key}_seconds", 0.0)
         cpu_start, wall_start = time.process_time(), time.perf_counter()
-        for _, html, url in chunk:
+        for _, html, url in part:
             trafilatura_extract(
                 html, url=url, output_format="markdown", include_tables=True, include_comments=False
             )
         cpu["trafilatura"] += time.process_time() - cpu_start
         wall["trafilatura"] += time.perf_counter() - wall_start
+    return {"n": len(blobs), "cpu": cpu, "wall": wall, "steps": steps, "extractors": extractors}
 
-    n = len(blobs)
+
+def _print_speed(name: str, group: dict) -> None:
+    n, cpu, wall, steps = group["n"], group["cpu"], group["wall"], group["steps"]
+    print(f"\n{name}: {n} pages")
+    print(f"  {'extractor':14} {'pages/s per core':>17} {'ms/page (CPU)':>14} {'pages/s (wall)':>15}")
+    for extractor in cpu:
+        per_core, ms = n / cpu[extractor], 1000 * cpu[extractor] / n
+        print(f"  {extractor:14} {per_core:17.1f} {ms:14.1f} {n / wall[extractor]:15.1f}")
+    print(f"  ratio dripper:cpu / trafilatura (per core): {cpu['trafilatura'] / cpu['dripper:cpu']:.2f}x")
+    other = wall["dripper:cpu"] - sum(steps.values())  # decoding, checks, batching
     print(
-        f"pages: {n} from {', '.join(map(str, args.data))}; model loaded in {1000 * load_seconds:.0f} ms CPU"
+        "  dripper:cpu steps, ms/page (wall): "
+        + ", ".join(f"{key} {1000 * value / n:.2f}" for key, value in steps.items())
+        + f", other {1000 * other / n:.2f}"
     )
-    print(f"{'extractor':14} {'pages/s per core':>17} {'ms/page (CPU)':>14} {'pages/s (wall)':>15}")
-    for name in cpu:
-        print(f"{name:14} {n / cpu[name]:17.1f} {1000 * cpu[name] / n:14.1f} {n / wall[name]:15.1f}")
-    print(f"ratio dripper:cpu / trafilatura (per core): {cpu['trafilatura'] / cpu['dripper:cpu']:.2f}x")
-    print(
-        "dripper:cpu steps, ms/page (wall): "
-        + ", ".join(f"{key.removesuffix('_seconds')} {1000 * value / n:.1f}" for key, value in steps.items())
+    print(f"  results by extractor: {dict(group['extractors'])}")
+
+
+def run_speed(args: argparse.Namespace) -> int:
+    from trafilatura import extract as trafilatura_extract
+
+    from dripper_core.labelers.cpu.model import CpuLabeler
+    from dripper_core.labelers.cpu.train import iter_records
+    from dripper_core.pipeline import ExtractOptions, Extractor
+
+    groups = {}
+    for path in args.data:
+        records = itertools.islice(iter_records(path), args.limit)
+        blobs = [(str(r["id"]), r["html"].encode("utf-8"), r.get("url")) for r in records if r.get("html")]
+        groups[path.name.split(".")[0]] = blobs
+    started = time.process_time()
+    labeler = CpuLabeler(model=args.model)
+    load_seconds = time.process_time() - started
+    extractor = Extractor(labeler, ExtractOptions(fallback="trafilatura", batch_size=args.chunk))
+    # Warm both up (imports, lazy tables, the trees' walk layout) outside the measurement.
+    first = next(blobs[0] for blobs in groups.values() if blobs)
+    extractor.extract_batch([Page(doc_id=first[0], html=first[1], url=first[2])])
+    trafilatura_extract(first[1], url=first[2], output_format="markdown", include_tables=True)
+
+    print(f"data: {', '.join(map(str, args.data))}; model loaded in {1000 * load_seconds:.0f} ms CPU")
+    results = {
+        name: _speed_group(extractor, labeler, blobs, args.chunk, trafilatura_extract)
+        for name, blobs in groups.items()
+    }
+    for name, group in results.items():
+        _print_speed(name, group)
+    if len(results) > 1:
+        total = {"n": 0, "cpu": Counter(), "wall": Counter(), "steps": dict.fromkeys(_STEPS, 0.0)}
+        total["extractors"] = Counter()
+        for group in results.values():
+            total["n"] += group["n"]
+            for key in ("cpu", "wall", "extractors"):
+                total[key].update(group[key])
+            for key, value in group["steps"].items():
+                total["steps"][key] += value
+        total["cpu"] = {key: total["cpu"][key] for key in ("dripper:cpu", "trafilatura")}
+        total["wall"] = {key: total["wall"][key] for key in ("dripper:cpu", "trafilatura")}
+        _print_speed("all", total)
+    return 0
+
+
+# -- reference outputs -------------------------------------------------------------------------------------
+
+
+def _short_hash(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def reference_outputs(records, model: str | None = None):
+    """Per page, what the labeler and the pipeline make of it, small enough to store and compare.
+
+    Yields one dict per record with HTML: ``id``; ``features``, ``structure`` and ``p`` (hashes of the
+    feature matrix, of the containers/signatures/chars, and of the float64 probabilities);
+    ``labels``, ``failure`` and ``confidence`` as the labeler answers; ``extractor``, ``markdown`` and
+    ``main_html`` (hashes) as the pipeline ends (fallback included).
+    """
+    from dripper_core.labelers.base import LabelRequest
+    from dripper_core.labelers.cpu.features import page_features
+    from dripper_core.labelers.cpu.model import CpuLabeler
+    from dripper_core.pipeline import ExtractOptions, Extractor, prepare_page
+
+    labeler = CpuLabeler(model=model)
+    extractor = Extractor(labeler, ExtractOptions(fallback="trafilatura"))
+    for record in records:
+        if not record.get("html"):
+            continue
+        page = Page(doc_id=str(record["id"]), html=record["html"].encode("utf-8"), url=record.get("url"))
+        out: dict = {"id": page.doc_id}
+        prepared = prepare_page(page, extractor.options)
+        if prepared.simplified is not None and prepared.simplified.n_blocks:
+            features = page_features(prepared.simplified)
+            out["features"] = _short_hash(features.values.tobytes())
+            out["structure"] = _short_hash(
+                features.containers.tobytes() + features.signatures.tobytes() + features.chars.tobytes()
+            )
+            out["p"] = _short_hash(labeler.model.probabilities([features])[0].tobytes())
+            (answer,) = labeler.label_batch([LabelRequest(page, prepared.simplified, prepared.text)])
+            out["labels"] = (
+                None if answer.main is None else "".join("1" if main else "0" for main in answer.main)
+            )
+            out["failure"] = answer.failure
+            out["confidence"] = answer.confidence
+        (result,) = extractor.extract_batch([page])
+        out["extractor"] = result.extractor
+        out["markdown"] = _short_hash(result.markdown.encode("utf-8"))
+        out["main_html"] = _short_hash(result.main_html.encode("utf-8"))
+        yield out
+
+
+def run_reference(args: argparse.Namespace) -> int:
+    """Write this code's reference outputs (``--write``), or compare them with a file (``--check``)."""
+    from dripper_core.labelers.cpu.train import iter_records
+
+    records = (record for path in args.data for record in itertools.islice(iter_records(path), args.limit))
+    outputs = reference_outputs(records, args.model)
+    if args.write:
+        with gzip.open(args.write, "wt", encoding="utf-8") as out:
+            for found in outputs:
+                out.write(json.dumps(found, ensure_ascii=False) + "\n")
+        return 0
+    with gzip.open(args.check, "rt", encoding="utf-8") as lines:
+        expected = {found["id"]: found for found in map(json.loads, lines)}
+    differ: Counter = Counter()
+    pages = 0
+    for found in outputs:
+        pages += 1
+        for key, value in found.items():
+            if expected.get(found["id"], {}).get(key) != value:
+                differ[key] += 1
+                if differ[key] <= 3:
+                    print(f"{found['id']}: {key} differs")
+    print(f"{pages} pages; differing: {dict(differ) or 'none'}")
+    return 1 if differ else 0
+
+
+# -- memory -----------------------------------------------------------------------------------------------
+
+
+def _rss_mb() -> float:
+    """This process's resident set now (MiB), from /proc."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _measure_page(html: bytes, url: str | None, model: str | None) -> dict:
+    """In a fresh worker process: RSS after the imports and the model, then peak RSS extracting ``html``."""
+    import resource
+
+    from dripper_core.labelers.cpu.model import CpuLabeler
+    from dripper_core.pipeline import ExtractOptions, Extractor
+
+    extractor = Extractor(
+        CpuLabeler(model=model),
+        ExtractOptions(fallback="trafilatura", max_page_bytes=max(len(html) + 1, 20_000_000)),
     )
-    print(f"results by extractor: {dict(extractors)}")
+    extractor.extract_batch([Page(doc_id="warm", html=b"<html><body><p>Warm up.</p></body></html>")])
+    ready = _rss_mb()
+    started = time.perf_counter()
+    result = extractor.extract_batch([Page(doc_id="page", html=html, url=url)])[0]
+    return {
+        "ready_mb": ready,
+        "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "seconds": time.perf_counter() - started,
+        "blocks": result.stats.get("n_blocks"),
+        "extractor": result.extractor,
+        "reason": result.fallback_reason,
+    }
+
+
+def run_memory(args: argparse.Namespace) -> int:
+    """Peak RSS of one worker process extracting the largest page of ``--data`` (and a synthetic one)."""
+    import multiprocessing
+
+    from dripper_core.labelers.cpu.train import iter_records
+
+    largest = max(
+        (record for path in args.data for record in iter_records(path) if record.get("html")),
+        key=lambda record: len(record["html"].encode("utf-8")),
+    )
+    html = largest["html"].encode("utf-8")
+    files = ", ".join(path.name for path in args.data)
+    cases = [(f"largest page of {files} ({largest['id']})", html, largest.get("url"))]
+    if args.synthetic_mb:
+        # The largest page's body repeated until the page is that large: many blocks, deep enough.
+        head, _, rest = largest["html"].partition("<body")
+        body = "<body" + rest.rsplit("</body>", 1)[0].split(">", 1)[1] if rest else largest["html"]
+        copies = int(args.synthetic_mb * 1_000_000 / max(len(body.encode("utf-8")), 1)) + 1
+        synthetic = f"{head}<body>{body * copies}</body></html>".encode()
+        cases.append((f"synthetic page: the largest page's body x{copies}", synthetic, largest.get("url")))
+    context = multiprocessing.get_context("spawn")  # a fresh interpreter per page: its own peak
+    for name, page, url in cases:
+        with context.Pool(1) as pool:
+            found = pool.apply(_measure_page, (page, url, args.model))
+        print(
+            f"{name}: {len(page) / 1e6:.1f} MB, {found['blocks']} blocks, {found['extractor']}"
+            f"{' (' + found['reason'] + ')' if found['reason'] else ''}, {found['seconds']:.1f} s; "
+            f"RSS ready {found['ready_mb']:.0f} MiB, peak {found['peak_mb']:.0f} MiB"
+        )
     return 0
 
 
@@ -285,6 +480,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     speed.add_argument("--model", default=None, help="model file (default: the shipped one)")
     speed.add_argument("--chunk", type=int, default=32, help="pages per alternation (and labeler batch)")
     speed.set_defaults(handler=run_speed)
+    reference = modes.add_parser("reference", help="write or check per-page reference outputs")
+    reference.add_argument("--data", type=Path, nargs="+", default=_default_data())
+    reference.add_argument("--limit", type=int, default=None, help="pages per file")
+    reference.add_argument("--model", default=None, help="model file (default: the shipped one)")
+    target = reference.add_mutually_exclusive_group(required=True)
+    target.add_argument("--write", type=Path, help="write this code's outputs here (.jsonl.gz)")
+    target.add_argument("--check", type=Path, help="compare this code's outputs with this file")
+    reference.set_defaults(handler=run_reference)
+    memory = modes.add_parser("memory", help="peak RSS of a worker process on the largest page")
+    memory.add_argument("--data", type=Path, nargs="+", default=_default_data()[-1:])
+    memory.add_argument("--model", default=None, help="model file (default: the shipped one)")
+    memory.add_argument("--synthetic-mb", type=float, default=0, help="also a synthetic page of this size")
+    memory.set_defaults(handler=run_memory)
     quality = modes.add_parser("quality", help="out-of-fold extraction scores beside the baselines")
     quality.add_argument("--data", type=Path, nargs="+", default=_default_data())
     quality.add_argument("--limit", type=int, default=None, help="pages per file")

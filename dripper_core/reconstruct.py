@@ -24,6 +24,7 @@ from dripper_core.simplify.text import is_hidden
 from dripper_core.types import SimplifiedPage
 
 _INTERNAL_ATTRS = (ITEM_ID_ATTR, SELECT_ATTR, REF_ATTR, "cc-block-type", "cc-no-block")
+_ITEM_IDS = etree.XPath(f"//@{ITEM_ID_ATTR}")  # the values in document order, each with getparent()
 
 
 def main_tree(page: SimplifiedPage, labels: Sequence[bool]) -> etree._Element | None:
@@ -38,11 +39,7 @@ def main_tree(page: SimplifiedPage, labels: Sequence[bool]) -> etree._Element | 
     if not wanted:
         return None
     root = page.mapping_root().__deepcopy__(None)
-    main_elements = [
-        element
-        for element in root.iter()
-        if isinstance(element.tag, str) and element.get(ITEM_ID_ATTR) in wanted
-    ]
+    main_elements = [item_id.getparent() for item_id in _ITEM_IDS(root) if item_id in wanted]
     if not main_elements:
         return None
     kept_subtrees = set(main_elements)
@@ -59,10 +56,7 @@ def main_tree(page: SimplifiedPage, labels: Sequence[bool]) -> etree._Element | 
     for element in (*containers, *kept_subtrees):
         _make_visible(element)
     etree.strip_tags(root, TEXT_RUN_TAG)
-    for element in root.iter():
-        if isinstance(element.tag, str):
-            for name in _INTERNAL_ATTRS:
-                element.attrib.pop(name, None)
+    etree.strip_attributes(root, *_INTERNAL_ATTRS)
     return root
 
 
@@ -98,10 +92,22 @@ def _recall_breaks(
 ) -> None:
     # A <br> right before or after a kept element (in document order) is kept, so line structure between
     # kept inline runs survives.
+    #
+    # Only subtrees that hold a kept element or a <br> are walked: any other subtree could only reset the
+    # state as its first element already does. Note that a <br> kept after a kept element is added to
+    # kept_subtrees at its start, so its end event counts as a kept element's end (inside_kept goes below
+    # zero and no later <br> is kept); the main HTML of every page was made that way, so the walk keeps it.
+    leads_somewhere = set(containers)
+    for br in root.iter("br"):
+        for ancestor in br.iterancestors():
+            if ancestor in leads_somewhere:
+                break
+            leads_somewhere.add(ancestor)
     previous_kept = False
     pending_breaks: list[etree._Element] = []
     inside_kept = 0
-    for event, element in etree.iterwalk(root, events=("start", "end")):
+    walker = etree.iterwalk(root, events=("start", "end"))
+    for event, element in walker:
         if not isinstance(element.tag, str):
             continue
         if element in kept_subtrees:
@@ -111,10 +117,14 @@ def _recall_breaks(
                     for br in pending_breaks:
                         _keep(br, kept_subtrees, containers)
                     pending_breaks = []
+                if inside_kept > 0:
+                    walker.skip_subtree()  # inside, only nested kept elements count, and they balance out
             else:
                 inside_kept -= 1
                 previous_kept = inside_kept == 0
             continue
+        if event == "start" and element not in leads_somewhere:
+            walker.skip_subtree()
         if inside_kept or event != "start":
             continue
         if element.tag == "br":

@@ -73,3 +73,15 @@ def test_main_blocks_inside_noscript_or_hidden_containers_reach_the_markdown():
     markdown = extract(html, labeler=AllMain(), fallback=None).markdown
     for text in ("Inside noscript text.", "Inside hidden text.", "Namespaced text."):
         assert text in markdown
+
+
+def test_breaks_between_kept_blocks_come_back_from_inside_other_elements():
+    """The <br> recall walks only subtrees that hold a kept block or a <br>: a <br> wrapped in an inline
+    element between two main blocks is still found, the breaks next to nothing kept are not."""
+    page = simplify_html(
+        "<html><body><div><p>First paragraph of text.</p><span><br></span><br>"
+        "<p>Second paragraph of text.</p></div><div><em><br></em><p>Menu entry</p></div></body></html>"
+    )
+    html = main_html(page, labels_for(page, {"First paragraph of text.", "Second paragraph of text."}))
+    assert "First paragraph of text.</p><span><br></span><br><p>Second paragraph of text." in html
+    assert "<em>" not in html and "Menu entry" not in html

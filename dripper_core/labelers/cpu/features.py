@@ -13,12 +13,14 @@ a container whose other blocks are main is likely main).
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
+from lxml import etree
 
 from dripper_core.simplify.tags import ITEM_ID_ATTR, TEXT_RUN_TAG
 from dripper_core.types import SimplifiedPage
@@ -97,33 +99,32 @@ _BLOCK_TAG_INDEX = {tag: index for index, tag in enumerate(BLOCK_TAGS)}
 _HEADINGS = frozenset({"h1", "h2", "h3", "h4", "h5", "h6"})
 _FORM_TAGS = frozenset({"input", "button", "select", "textarea", "option", "form"})
 _CELL_TAGS = frozenset({"td", "th"})
-_ATTRIBUTES = ("class", "id", "role", "itemprop", "itemtype", "aria-label", "data-testid")
+_ATTRIBUTES = frozenset(("class", "id", "role", "itemprop", "itemtype", "aria-label", "data-testid"))
 
 # -- text statistics --------------------------------------------------------------------------------------
 
-# Character classes counted on the UTF-8 bytes (one C-speed pass per block): ASCII classes exactly,
-# non-ASCII letters by their UTF-8 lead byte (two-byte scripts: Latin, Greek, Cyrillic, Arabic, Hebrew;
-# three-byte lead bytes E3–ED: kana, CJK ideographs, Hangul).
-_BYTE_CLASSES = {
-    1: bytes(range(ord("A"), ord("Z") + 1)),
-    2: bytes(range(ord("a"), ord("z") + 1)),
-    3: b"0123456789",
-    4: b" ",
-    5: b".!?;",
-    6: b",:",
-    7: b"|/>\\-_=+*#@~",
-    8: b"()[]{}",
-    9: bytes(range(0xC3, 0xE0)),
-    10: bytes(range(0xE3, 0xEE)),
-}
-_BYTE_TABLE = bytearray(256)
-for _class, _members in _BYTE_CLASSES.items():
-    for _byte in _members:
-        _BYTE_TABLE[_byte] = _class
-_BYTE_TABLE = bytes(_BYTE_TABLE)
-_WIDE_SENTENCE_END = ("。", "！", "？", "…", "；")
-_WIDE_COMMA = ("，", "、", "：")
-_WIDE_SEPARATORS = ("•", "·", "»", "«", "›", "‹", "–", "—", "©", "→", "｜")
+# Character classes, counted over the code points of all blocks at once (one table lookup and one bincount per
+# page). They are the classes of the UTF-8 bytes the first model was trained on: ASCII classes exactly,
+# non-ASCII letters by the lead byte their UTF-8 form would have (C3-DF: U+00C0-U+07FF, two-byte scripts
+# such as Latin, Greek, Cyrillic, Arabic, Hebrew; E3-ED: U+3000-U+DFFF, kana, CJK ideographs, Hangul, and
+# lone surrogates), and the wide punctuation marks of CJK text with their ASCII counterparts.
+_UPPER, _LOWER, _DIGIT, _SPACE, _SENTENCE, _COMMA, _SEPARATOR, _BRACKET, _TWO_BYTE, _CJK = range(1, 11)
+_N_CLASSES = 11  # class 0: anything else
+_CODE_CLASS = np.zeros(0x10000, dtype=np.int32)  # code points above U+FFFF are class 0 (clipped to U+FFFF)
+_CODE_CLASS[0xC0:0x800] = _TWO_BYTE
+_CODE_CLASS[0x3000:0xE000] = _CJK
+for _class, _members in (
+    (_UPPER, "ABCDEFGHIJKLMNOPQRSTUVWXYZ"),
+    (_LOWER, "abcdefghijklmnopqrstuvwxyz"),
+    (_DIGIT, "0123456789"),
+    (_SPACE, " "),
+    # The full stop and the ideographic comma are counted as punctuation only (not as CJK letters).
+    (_SENTENCE, ".!?;。！？…；"),
+    (_COMMA, ",:，、："),
+    (_SEPARATOR, "|/>\\-_=+*#@~•·»«›‹–—©→｜"),
+    (_BRACKET, "()[]{}"),
+):
+    _CODE_CLASS[[ord(char) for char in _members]] = _class
 _WORD = re.compile(r"\w+")
 _CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z])")
 _TOKEN_SPLIT = re.compile(r"[^a-z0-9]+")
@@ -137,40 +138,51 @@ _TEXT_STAT_NAMES = (
 )  # fmt: skip
 
 
-def _text_stats(text: str) -> tuple[float, ...]:
-    """Character statistics of one block's text: shares of character classes, word and sentence counts;
-    then (not a feature) its length in Latin-equivalent characters (a CJK character counts three)."""
-    n = len(text)
-    if n == 0:
-        return (0.0,) * (len(_TEXT_STAT_NAMES) + 1)
-    classes = text.encode("utf-8", "surrogatepass").translate(_BYTE_TABLE)
-    upper, lower, digits, spaces, sentence, comma, separators, brackets, two_byte, cjk = (
-        classes.count(k) for k in range(1, 11)
-    )
-    sentence += sum(text.count(mark) for mark in _WIDE_SENTENCE_END)
-    comma += sum(text.count(mark) for mark in _WIDE_COMMA)
-    separators += sum(text.count(mark) for mark in _WIDE_SEPARATORS)
-    cjk -= text.count("。") + text.count("、")
+def _class_counts(texts: list[str]) -> np.ndarray:
+    """``(len(texts), _N_CLASSES)`` counts of each character class in each text."""
+    lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
+    codes = np.frombuffer("".join(texts).encode("utf-32-le", "surrogatepass"), dtype="<u4")
+    classes = _CODE_CLASS[np.minimum(codes, 0xFFFF)]
+    classes += np.repeat(np.arange(len(texts), dtype=np.int32) * _N_CLASSES, lengths)
+    return np.bincount(classes, minlength=len(texts) * _N_CLASSES).reshape(len(texts), _N_CLASSES)
+
+
+def _text_stats(texts: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Character statistics of every block's text (shares of character classes, word and sentence counts).
+
+    Returns:
+        ``(stats, length, spaces)``: ``(n, len(_TEXT_STAT_NAMES))`` statistics (zeros for an empty text), each
+        text's length in Latin-equivalent characters (a CJK character counts three) and its spaces.
+    """
+    counts = _class_counts(texts).astype(np.float64)
+    n = counts.sum(axis=1)
+    upper, lower, digits, spaces, sentence, comma, separators, brackets, two_byte, cjk = counts[:, 1:].T
     letters = upper + lower + two_byte + cjk
-    words = spaces + 1 if cjk * 2 < letters else max(1, cjk // 2)
-    first, last = text[0], text[-1]
-    return (
-        letters / n,
-        upper / max(letters, 1),
-        digits / n,
-        spaces / n,
-        sentence / n,
-        comma / n,
-        separators / n,
-        brackets / n,
-        cjk / max(letters, 1),
-        math.log1p(words),
-        (n - spaces) / words,  # mean word length (in CJK text: about 2)
-        float(last in _SENTENCE_END_CHARS),
-        float(first.isupper() or first.isdigit()),
-        math.log1p(sentence),
-        n + 2 * cjk,
+    words = np.where(cjk * 2 < letters, spaces + 1, np.maximum(1, cjk // 2))
+    some = np.maximum(n, 1)  # empty texts: every share is 0
+    stats = np.stack(
+        [
+            letters / some,
+            upper / np.maximum(letters, 1),
+            digits / some,
+            spaces / some,
+            sentence / some,
+            comma / some,
+            separators / some,
+            brackets / some,
+            cjk / np.maximum(letters, 1),
+            # math.log1p, as the model's training features (numpy's may differ in the last bit)
+            [math.log1p(value) for value in words.tolist()],
+            (n - spaces) / words,  # mean word length (in CJK text: about 2)
+            [float(text[-1] in _SENTENCE_END_CHARS) if text else 0.0 for text in texts],
+            [float(text[0].isupper() or text[0].isdigit()) if text else 0.0 for text in texts],
+            [math.log1p(value) for value in sentence.tolist()],
+        ],
+        axis=1,
     )
+    empty = n == 0
+    stats[empty] = 0.0
+    return stats, np.where(empty, 0.0, n + 2 * cjk), spaces
 
 
 def class_tokens(value: str) -> list[str]:
@@ -194,13 +206,9 @@ def _keyword_bits(value: str) -> int:
 
 
 def _element_bits(element) -> int:
-    attrib = element.attrib
-    if not attrib:
-        return 0
     bits = 0
-    for name in _ATTRIBUTES:
-        value = attrib.get(name)
-        if value:
+    for name, value in element.items():  # one call for all attributes (most elements have one or two)
+        if value and name in _ATTRIBUTES:
             bits |= _keyword_bits(value)
     return bits
 
@@ -270,7 +278,8 @@ FEATURE_NAMES: tuple[str, ...] = (
     "page_max_share",
 )
 _INDEX = {name: index for index, name in enumerate(FEATURE_NAMES)}
-_ITEM_XPATH = f"//*[@{ITEM_ID_ATTR}]"
+# The item ids as attribute values (each with getparent()): a third faster than selecting the elements.
+_ITEM_IDS = etree.XPath(f"//@{ITEM_ID_ATTR}")
 _SUBTREE_TAGS = ("a", "img", "li", "td", "th", "input", "button", "select", "textarea", "br")
 
 
@@ -304,10 +313,17 @@ def _class_signature(classes: str) -> str:
 
 def _signature(element) -> str:
     parent = element.getparent()
-    own = f"{element.tag}.{_class_signature(element.get('class') or '')}"
     if parent is None:
+        return _signature_of(element.tag, element.get("class") or "", None, "")
+    return _signature_of(element.tag, element.get("class") or "", parent.tag, parent.get("class") or "")
+
+
+@lru_cache(maxsize=16384)
+def _signature_of(tag: str, classes: str, parent_tag: str | None, parent_classes: str) -> str:
+    own = f"{tag}.{_class_signature(classes)}"
+    if parent_tag is None:
         return own
-    return f"{own}/{parent.tag}.{_class_signature(parent.get('class') or '')}"
+    return f"{own}/{parent_tag}.{_class_signature(parent_classes)}"
 
 
 def _title_tokens(root) -> set[str]:
@@ -317,26 +333,21 @@ def _title_tokens(root) -> set[str]:
     return {token.casefold() for token in _WORD.findall(title.text)}
 
 
-def _subtree_counts(element, text_length: int, inside_link: bool) -> tuple[float, ...]:
-    n_links = n_images = n_items = n_cells = n_forms = n_breaks = 0
-    linked = 0
-    for node in element.iter(_SUBTREE_TAGS):
-        tag = node.tag
-        if tag == "a":
-            n_links += 1
-            linked += sum(len(piece) for piece in "".join(node.itertext()).split())
-        elif tag == "img":
-            n_images += 1
-        elif tag == "li":
-            n_items += 1
-        elif tag == "br":
-            n_breaks += 1
-        elif tag in ("td", "th"):
-            n_cells += 1
-        else:
-            n_forms += 1
+def _subtree_counts(element, text_length: float, inside_link: bool) -> tuple[float, ...]:
+    tags = [node.tag for node in element.iter(_SUBTREE_TAGS)]
+    if not tags:  # most blocks: running text without links, images, items or controls
+        return (0, text_length if inside_link else 0, 0, 0, 0, 0, 0)
+    n_links = tags.count("a")
     if inside_link:
         linked = text_length
+    elif n_links:
+        # the non-space characters of each link's text
+        linked = sum(len("".join("".join(node.itertext()).split())) for node in element.iter("a"))
+    else:
+        linked = 0
+    n_images, n_items, n_breaks = tags.count("img"), tags.count("li"), tags.count("br")
+    n_cells = tags.count("td") + tags.count("th")
+    n_forms = len(tags) - n_links - n_images - n_items - n_breaks - n_cells
     return (n_links, min(linked, text_length), n_images, n_items, n_cells, n_forms, n_breaks)
 
 
@@ -358,19 +369,23 @@ def page_features(page: SimplifiedPage) -> PageFeatures:
         return PageFeatures(values, np.zeros(0, np.float32), empty, np.zeros(0, np.int32))
     root = page.mapping_root()
     elements: dict[str, object] = {}
-    for element in root.xpath(_ITEM_XPATH):
-        elements.setdefault(element.get(ITEM_ID_ATTR), element)
+    for item_id in _ITEM_IDS(root):  # attribute values in document order; each knows its element
+        elements.setdefault(str(item_id), item_id.getparent())
     texts = [block.text for block in blocks]
-    chars = np.array([len(text) for text in texts], dtype=np.float64)
+    stats, length, spaces = _text_stats(texts)  # length: Latin-equivalent (CJK says as much in a third)
+    chars = np.fromiter(map(len, texts), dtype=np.float64, count=n)
     total_chars = float(chars.sum()) or 1.0
 
     # One pass over the blocks: element, ancestor chain (as container ids, nearest first), subtree counts.
+    # An ancestor met before ends the walk up: the rest of the chain is that ancestor's, already known.
     block_elements: list = []
     chains: list[list[int]] = []
     container_ids: dict[object, int] = {}
     container_nodes: list = []
+    above: list[list[int]] = []  # per container: its own ancestors' ids, nearest first
     tags: list[str] = []
     subtree = np.zeros((n, len(_SUBTREE_NAMES)), dtype=np.float64)
+    visible = (chars - spaces).tolist()
     for index, block in enumerate(blocks):
         element = elements.get(str(block.item_id))
         block_elements.append(element)
@@ -382,22 +397,25 @@ def page_features(page: SimplifiedPage) -> PageFeatures:
         chain = []
         for ancestor in element.iterancestors():
             slot = container_ids.get(ancestor)
-            if slot is None:
-                slot = container_ids[ancestor] = len(container_nodes)
-                container_nodes.append(ancestor)
+            if slot is not None:
+                chain.append(slot)
+                chain += above[slot]
+                break
+            slot = container_ids[ancestor] = len(container_nodes)
+            container_nodes.append(ancestor)
+            above.append([])
             chain.append(slot)
+        for distance, slot in enumerate(chain):
+            if above[slot] or distance == len(chain) - 1:
+                break  # from here on the chain is made of known containers
+            above[slot] = chain[distance + 1 :]
         chains.append(chain)
         in_link = element.tag == "a" or any(container_nodes[slot].tag == "a" for slot in chain[:3])
-        visible = len(texts[index]) - texts[index].count(" ")
-        subtree[index] = _subtree_counts(element, visible, in_link)
+        subtree[index] = _subtree_counts(element, visible[index], in_link)
     # Link share over non-space characters (block text joins inline runs with or without a space).
     link_chars = subtree[:, 1].copy()
-    spaces = np.array([text.count(" ") for text in texts], dtype=np.float64)
     subtree[:, 1] = link_chars / np.maximum(chars - spaces, 1.0)
     link_share = subtree[:, 1]
-    stats = np.array([_text_stats(text) for text in texts], dtype=np.float64).reshape(n, -1)
-    length = stats[:, -1]  # Latin-equivalent length: CJK text says as much in a third of the characters
-    stats = stats[:, :-1]
     sentence_share = stats[:, _TEXT_STAT_NAMES.index("sentence_punct_share")]
     is_heading = np.array([tag in _HEADINGS for tag in tags], dtype=np.float64)
     # "Dense" blocks: running text (some length, sentence punctuation, few links): where articles live.
@@ -405,20 +423,22 @@ def page_features(page: SimplifiedPage) -> PageFeatures:
     dense_chars = np.where(dense, chars, 0.0)
     total_dense = float(dense_chars.sum()) or 1.0
 
-    # Container statistics, summed over (block, ancestor) pairs.
+    # The chains as (block, container, distance) pairs: the container statistics, the path matrices and
+    # every other use of the chains below are numpy operations over these.
     n_containers = len(container_nodes)
-    pair_block = np.fromiter((i for i, chain in enumerate(chains) for _ in chain), dtype=np.int64)
-    pair_container = np.fromiter((slot for chain in chains for slot in chain), dtype=np.int64)
+    chain_lengths = np.fromiter(map(len, chains), dtype=np.int64, count=n)
+    pair_block = np.repeat(np.arange(n), chain_lengths)
+    pair_container = np.fromiter(itertools.chain.from_iterable(chains), dtype=np.int64, count=len(pair_block))
+    chain_starts = np.cumsum(chain_lengths) - chain_lengths
+    pair_distance = np.arange(len(pair_block)) - np.repeat(chain_starts, chain_lengths)
     under_text = np.bincount(pair_container, weights=chars[pair_block], minlength=n_containers)
     under_dense = np.bincount(pair_container, weights=dense_chars[pair_block], minlength=n_containers)
     under_blocks = np.bincount(pair_container, minlength=n_containers).astype(np.float64)
     under_links = np.bincount(pair_container, weights=link_chars[pair_block], minlength=n_containers)
-    depths = np.array([len(chain) for chain in chains], dtype=np.float64)
+    depths = chain_lengths.astype(np.float64)
     # Depth of each container = its distance from the root along any chain that holds it.
     container_depth = np.zeros(n_containers, dtype=np.int64)
-    for chain in chains:
-        for distance, slot in enumerate(chain):
-            container_depth[slot] = len(chain) - 1 - distance
+    container_depth[pair_container] = chain_lengths[pair_block] - 1 - pair_distance
     # The best container: the deepest element holding at least 60 % of the page's dense text.
     best = -1
     if dense_chars.sum() > 0 and n_containers:
@@ -470,8 +490,12 @@ def page_features(page: SimplifiedPage) -> PageFeatures:
     if title:
         overlap = []
         for text in texts:
-            words = {token.casefold() for token in _WORD.findall(text[:300])} if text else set()
-            overlap.append(len(words & title) / max(len(words | title), 1) if words else 0.0)
+            words = set(map(str.casefold, _WORD.findall(text[:300]))) if text else None
+            if words:
+                shared = len(words & title)
+                overlap.append(shared / max(len(words) + len(title) - shared, 1))  # Jaccard
+            else:
+                overlap.append(0.0)
         column[_INDEX["title_overlap"]] = overlap
     first_h1 = next((index for index, tag in enumerate(tags) if tag == "h1"), -1)
     if first_h1 >= 0:
@@ -496,8 +520,7 @@ def page_features(page: SimplifiedPage) -> PageFeatures:
     # Path matrix, nearest first: the block's own element, then its ancestors (-1 past the root).
     width = int(depths.max()) + 1
     path = np.full((n, width), -1, dtype=np.int64)
-    for index, chain in enumerate(chains):
-        path[index, 1 : 1 + len(chain)] = chain
+    path[pair_block, 1 + pair_distance] = pair_container
     node_bits = np.array([_element_bits(node) for node in container_nodes] + [0], dtype=np.int64)
     node_semantic = np.array([_SEMANTIC_BIT.get(node.tag, 0) for node in container_nodes] + [0], np.int64)
     path_bits = node_bits[path]
@@ -513,9 +536,8 @@ def page_features(page: SimplifiedPage) -> PageFeatures:
     # Containers at fixed levels: padded matrix of ancestor ids (-1 above the root).
     max_level = max(max(CONTAINER_LEVELS), max(CONTEXT_LEVELS))
     ancestors = np.full((n, max_level), -1, dtype=np.int64)
-    for index, chain in enumerate(chains):
-        head = chain[:max_level]
-        ancestors[index, : len(head)] = head
+    near = pair_distance < max_level
+    ancestors[pair_block[near], pair_distance[near]] = pair_container[near]
     child_counts = np.array([len(node) for node in container_nodes], dtype=np.float64)
     page_link = float(link_chars.sum()) / total_chars
     for level in CONTAINER_LEVELS:
@@ -534,7 +556,9 @@ def page_features(page: SimplifiedPage) -> PageFeatures:
             values[:, base : base + 4] = (1.0, 1.0, 1.0, page_link)
     containers = np.stack([ancestors[:, level - 1] for level in CONTEXT_LEVELS], axis=1).astype(np.int32)
     if best >= 0:
-        distance = np.array([chain.index(best) + 1 if best in chain else -1 for chain in chains], np.float64)
+        distance = np.full(n, -1.0)  # a chain holds each container at most once
+        holds = pair_container == best
+        distance[pair_block[holds]] = pair_distance[holds] + 1
         column[_INDEX["best_container_inside"]] = distance > 0
         column[_INDEX["best_container_distance"]] = distance
 
@@ -543,9 +567,7 @@ def page_features(page: SimplifiedPage) -> PageFeatures:
     own = np.stack([log_chars, link_share, sentence_share, is_heading], axis=1)
     width = int(depths.max()) if n else 0
     root_first = np.full((n, max(width, 1)), -2, dtype=np.int64)
-    for index, chain in enumerate(chains):
-        if chain:
-            root_first[index, : len(chain)] = chain[::-1]
+    root_first[pair_block, chain_lengths[pair_block] - 1 - pair_distance] = pair_container
     root_first_other = np.where(root_first == -2, -3, root_first)
     for offset in NEIGHBOUR_OFFSETS:
         base = _INDEX[f"n{offset:+d}_{_NEIGHBOUR_NAMES[0]}"]
