@@ -172,6 +172,7 @@ class PretrainOperator(ModuleJobOperator):
         "nproc",
         "extra_arguments",
         "run_name",
+        "eval_every",
         "run_on",
         "slurm",
     )
@@ -187,6 +188,7 @@ class PretrainOperator(ModuleJobOperator):
         nproc: Any = 1,
         extra_arguments: Any = (),
         run_name: Any = None,
+        eval_every: Any = None,
         run_on: Any = "local",
         slurm: Any = None,
         **kwargs,
@@ -205,6 +207,7 @@ class PretrainOperator(ModuleJobOperator):
         self.nproc = nproc
         self.extra_arguments = extra_arguments
         self.run_name = run_name
+        self.eval_every = eval_every
         self.run_on = run_on
         self.slurm = slurm
 
@@ -221,9 +224,10 @@ class PretrainOperator(ModuleJobOperator):
         tokenizer = str(self.tokenizer)
         if os.path.isfile(tokenizer):
             tokenizer = os.path.dirname(tokenizer)  # the CLI wants the tokenizer's folder
-        run_dir = os.path.join(
-            root, "pretrain", str(self.run_name or f"{self.model}-{self.train_steps}steps")
-        )
+        from dripper_core.layout import ExtractorLayout
+
+        layout = ExtractorLayout(root)
+        run_dir = layout.pretrain(str(self.run_name or f"{self.model}-{self.train_steps}steps"))
         if int(self.nproc) > 1 and self.run_on == "local":
             self.launcher = ["torchrun", "--standalone", "--nproc-per-node", str(int(self.nproc)), "-m"]
         self.arguments = [
@@ -240,6 +244,12 @@ class PretrainOperator(ModuleJobOperator):
             int(self.train_steps),
             "--device",
             self.device,
+            # Every eval_every steps a checkpoint, all kept: each is scored (scores over training).
+            *(
+                ["--save-interval", int(self.eval_every), "--keep-checkpoints", 0]
+                if self.eval_every not in (None, "")
+                else []
+            ),
             *(self.extra_arguments or []),
         ]
         if self.run_on == "slurm":
@@ -268,12 +278,17 @@ class PretrainOperator(ModuleJobOperator):
         import os
 
         self.launcher = None
-        hf_dir = os.path.join(run_dir, "hf")
-        self.arguments = ["export", "--checkpoint", run_dir, "--out", hf_dir]
+        if self.eval_every not in (None, ""):
+            hf_root = os.path.join(run_dir, "hf-checkpoints")  # ExtractorLayout.hf_checkpoints
+            self.arguments = ["export", "--checkpoint", run_dir, "--out", hf_root, "--every-checkpoint"]
+        else:
+            self.arguments = ["export", "--checkpoint", run_dir, "--out", os.path.join(run_dir, "hf")]
         export = super().execute(context)
+        checkpoints = [item["out"] for item in (export["result"] or {}).get("checkpoints") or []]
         return {
             "run_dir": run_dir,
-            "hf_dir": hf_dir,
+            "hf_dir": checkpoints[-1] if checkpoints else os.path.join(run_dir, "hf"),
+            "checkpoints": checkpoints,
             "root": root,
             "train": train,
             "export": export["result"],
@@ -296,6 +311,7 @@ class ExtractionBenchmarkOperator(ModuleJobOperator):
         "workers",
         "output_dir",
         "dripper_labelers",
+        "extractor_specs",
         "aws_conn_id",
     )
 
@@ -306,6 +322,7 @@ class ExtractionBenchmarkOperator(ModuleJobOperator):
         extractors: Any = (),
         output_dir: str,
         dripper_labelers: Any = (),
+        extractor_specs: Any = (),
         limit: Any = None,
         group_by: Any = ("source", "page_type"),
         workers: Any = 1,
@@ -320,6 +337,7 @@ class ExtractionBenchmarkOperator(ModuleJobOperator):
         self.group_by = group_by
         self.workers = workers
         self.dripper_labelers = dripper_labelers
+        self.extractor_specs = extractor_specs
         self.aws_conn_id = aws_conn_id
 
     def execute(self, context: Any) -> dict[str, Any]:
@@ -332,6 +350,7 @@ class ExtractionBenchmarkOperator(ModuleJobOperator):
         data = [self.data] if isinstance(self.data, str) else list(self.data)
         extractors = [self.extractors] if isinstance(self.extractors, str) else list(self.extractors or [])
         extractors += [f"dripper:{labeler}" for labeler in self.dripper_labelers or []]
+        specs = [json.dumps(spec, sort_keys=True) for spec in self.extractor_specs or []]
         hook = RunStorageHook(self.output_dir, self.aws_conn_id)
         with tempfile.TemporaryDirectory(prefix="extraction-benchmark-") as tmp:
             summary_file, pages_file = os.path.join(tmp, "summary.json"), os.path.join(tmp, "pages.jsonl")
@@ -339,8 +358,8 @@ class ExtractionBenchmarkOperator(ModuleJobOperator):
             self.arguments = [
                 "--data",
                 *data,
-                "--extractor",
-                *extractors,
+                *(["--extractor", *extractors] if extractors else []),
+                *(["--extractor-spec", *specs] if specs else []),
                 "--group-by",
                 group_by,
                 "--workers",
@@ -375,10 +394,12 @@ class ExtractionBenchmarkOperator(ModuleJobOperator):
 
 
 class EvaluateOperator(ModuleJobOperator):
-    """Score a trained model on the benchmark suite with ``python -m eval.lm_suite`` (own process).
+    """Score a trained model's checkpoints on the benchmark suite with ``python -m eval.lm_suite`` (own
+    process, one model load per checkpoint).
 
-    ``model``: the pretrain task's output (``hf_dir``, ``run_dir``, ``root``). Scores go to
-    ``{root}/eval/{run}/scores.json``. Returns ``{"root", "run_dir", "scores", "mean", "categories"}``.
+    ``model``: the pretrain task's output (``hf_dir``, ``checkpoints``, ``run_dir``, ``root``). Scores go to
+    ``{root}/eval/{run}/checkpoints/{checkpoint}.json`` and, for the last checkpoint, ``…/scores.json``.
+    Returns ``{"root", "run_dir", "scores", "checkpoint_scores", "mean", "mean_stderr", "categories"}``.
 
     ``run_on="slurm"`` runs the suite as a one-process Slurm job (``slurm``: the fields of
     :class:`pretrain.slurm.SlurmJobConfig`, e.g. ``{"gpus_per_node": 1, "partition": "h100", "time":
@@ -399,7 +420,7 @@ class EvaluateOperator(ModuleJobOperator):
         self,
         *,
         model: Any,
-        suite: Any = "paper13",
+        suite: Any = "local",
         device: Any = "cpu",
         limit: Any = None,
         extra_arguments: Any = (),
@@ -431,6 +452,7 @@ class EvaluateOperator(ModuleJobOperator):
     def execute(self, context: Any, slurm_event: dict[str, Any] | None = None) -> dict[str, Any]:
         import json
         import os
+        import shutil
 
         if self.run_on not in ("local", "slurm"):
             from airflow.sdk.exceptions import AirflowFailException
@@ -438,15 +460,19 @@ class EvaluateOperator(ModuleJobOperator):
             raise AirflowFailException(f"{self.task_id}: run_on={self.run_on!r}: use 'local' or 'slurm'")
         run_dir = _local_dir(self.model["run_dir"], "model run")
         root = self.model["root"]
-        scores = os.path.join(root, "eval", os.path.basename(run_dir.rstrip("/")), "scores.json")
-        os.makedirs(os.path.dirname(scores), exist_ok=True)
+        folders = list(self.model.get("checkpoints") or []) or [self.model["hf_dir"]]
+        from dripper_core.layout import ExtractorLayout
+
+        eval_dir = ExtractorLayout(root).evaluation(os.path.basename(run_dir.rstrip("/")))
+        out_dir = os.path.join(eval_dir, "checkpoints")
+        os.makedirs(out_dir, exist_ok=True)
         self.arguments = [
             "--model-dir",
-            self.model["hf_dir"],
+            *folders,
             "--suite",
             self.suite,
-            "--out",
-            scores,
+            "--out-dir",
+            out_dir,
             "--device",
             self.device,
             *(["--limit", self.limit] if self.limit not in (None, "") else []),
@@ -456,7 +482,7 @@ class EvaluateOperator(ModuleJobOperator):
             from operators.slurm import submit_module_job
 
             name = f"eval-{os.path.basename(run_dir.rstrip('/'))}"
-            log_dir = os.path.join(os.path.dirname(scores), "slurm")
+            log_dir = os.path.join(eval_dir, "slurm")
             submit_module_job(self, log_dir=log_dir, job_name=name, launcher="python")  # defers
         if slurm_event is None:
             super().execute(context)
@@ -464,15 +490,51 @@ class EvaluateOperator(ModuleJobOperator):
             from operators.slurm import job_outcome
 
             job_outcome(self, slurm_event, f"{self.task_id}: evaluation")
+        checkpoint_scores = [
+            os.path.join(out_dir, f"{os.path.basename(f.rstrip('/'))}.json") for f in folders
+        ]
+        scores = os.path.join(eval_dir, "scores.json")
+        shutil.copyfile(checkpoint_scores[-1], scores)
         with open(scores, encoding="utf-8") as f:
             summary = json.load(f)
         return {
             "root": root,
             "run_dir": run_dir,
             "scores": scores,
+            "checkpoint_scores": checkpoint_scores,
             "mean": summary.get("mean"),
+            "mean_stderr": summary.get("mean_stderr"),
             "categories": summary.get("categories"),
         }
+
+
+class CheckSuiteOperator(ModuleJobOperator):
+    """Check that every benchmark of a suite can load its data where evaluation will run
+    (``python -m eval.lm_suite --check``), so a missing dataset fails the run before any WARC is read or
+    model trained. The failure names the benchmarks and how to make their data available.
+
+    ``extra_arguments``: the evaluation's own (``--fixtures MANIFEST`` is honoured; model options are not
+    used by the check).
+    """
+
+    template_fields: Sequence[str] = ("suite", "extra_arguments")
+
+    def __init__(self, *, suite: Any = "local", extra_arguments: Any = (), **kwargs):
+        super().__init__(
+            module="eval.lm_suite", requires=("lm_eval",), stage="benchmark data check", **kwargs
+        )
+        self.suite = suite
+        self.extra_arguments = extra_arguments
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+        self.arguments = ["--check", "--suite", self.suite, *(self.extra_arguments or [])]
+        try:
+            return super().execute(context)
+        except AirflowException as error:
+            # No retry: the data does not appear by itself. The job's last lines hold the benchmarks.
+            raise AirflowFailException(str(error)) from None
 
 
 class AblationReportOperator(ModuleJobOperator):
@@ -485,7 +547,14 @@ class AblationReportOperator(ModuleJobOperator):
     (``extraction``: the extraction-quality task's output, optional).
     """
 
-    template_fields: Sequence[str] = ("extracts", "evaluations", "extraction", "output_dir", "title")
+    template_fields: Sequence[str] = (
+        "extracts",
+        "evaluations",
+        "extraction",
+        "output_dir",
+        "title",
+        "run_description",
+    )
 
     def __init__(
         self,
@@ -495,6 +564,7 @@ class AblationReportOperator(ModuleJobOperator):
         output_dir: str,
         extraction: Any = None,
         title: Any = "Extractor ablation",
+        run_description: Any = None,
         **kwargs,
     ):
         super().__init__(module="eval.report", requires=("matplotlib",), stage="ablation report", **kwargs)
@@ -503,23 +573,20 @@ class AblationReportOperator(ModuleJobOperator):
         self.extraction = extraction
         self.output_dir = output_dir
         self.title = title
+        self.run_description = run_description
 
     def manifest(self) -> dict[str, Any]:
-        evaluations = {str(e["root"]).rstrip("/"): e for e in (self.evaluations or [])}
-        extractors, summaries = [], []
-        for extract in self.extracts or []:
-            root = str(extract["output_root"]).rstrip("/")
-            labeler = extract["labeler"]
-            summaries.append(f"{root}/refine/_summary.json")
-            entry = {
-                "name": labeler,
-                "refine_extractor": f"dripper:{labeler}",
-                "extraction_row": f"dripper:{labeler}/md",
-            }
-            if root in evaluations:
-                entry.update(train_run=evaluations[root]["run_dir"], scores=evaluations[root]["scores"])
-            extractors.append(entry)
-        manifest = {"title": self.title, "refine_summaries": summaries, "extractors": extractors}
+        """The report manifest from the extractor folders (``eval.ablation``, as ``dripper run report``)."""
+        import os
+
+        from eval.ablation import ablation_manifest
+
+        runs = {
+            str(e["root"]).rstrip("/"): os.path.basename(str(e["run_dir"]).rstrip("/"))
+            for e in (self.evaluations or [])
+        }
+        roots = [str(extract["output_root"]).rstrip("/") for extract in self.extracts or []]
+        manifest = ablation_manifest(roots, train_runs=runs, title=self.title, run=self.run_description)
         if self.extraction:
             extraction_dir = _local_dir(self.extraction["output_dir"], "extraction benchmark")
             manifest["extraction"] = f"{extraction_dir}/summary.json"
