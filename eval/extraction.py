@@ -292,6 +292,7 @@ def run_benchmark(config: BenchmarkConfig, progress: bool | None = None) -> dict
         "rows": {row: _row_summary(totals[row], config.group_by) for row in rows},
     }
     if config.out:
+        config.out.parent.mkdir(parents=True, exist_ok=True)
         config.out.write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return summary
 

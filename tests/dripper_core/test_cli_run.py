@@ -20,8 +20,8 @@ SAMPLE = REPO / "data" / "sample"
 def _run(capsys, *argv: str) -> dict:
     """Run ``dripper run ARGV``; the JSON object it printed last."""
     code = main(["run", *argv])
-    out = capsys.readouterr().out
-    assert code == 0, out
+    out, err = capsys.readouterr()
+    assert code == 0, err[-3000:]
     start = out.rfind("\n{") + 1
     return json.loads(out[start:])
 
