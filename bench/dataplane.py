@@ -11,6 +11,10 @@ WARC files). In one run, on the same pages:
 - ``stage, N-worker LocalCluster``: the same on a Dask ``LocalCluster`` started beforehand (its start-up
   time is printed separately), per core = pages/s ÷ N;
 - ``simplify_html only``: the simplifier alone on the decoded pages (what the stage adds on top of it);
+- ``extract stage (cpu labeler)``: :func:`dripper_core.stages.extract.extract_stage` with ``workers=0``
+  over the shards of one simplify run: read, label with the CPU labeler, reconstruct, Markdown, fallback,
+  parquet written; and ``simplify + extract stages``: both stages' best CPU times added (the whole CPU path
+  of the data plane, WARC to Markdown);
 - ``trafilatura.extract``: Trafilatura 2.x with its defaults on the same decoded pages, one process.
 
 Every line is the best of ``--rounds`` rounds, measured two ways: wall time (pages/s; per core = ÷ the
@@ -75,6 +79,17 @@ def _stage_once(warc_files: list[str], **kwargs) -> int:
         shutil.rmtree(root, ignore_errors=True)
 
 
+def _extract_once(simplified_root: str) -> int:
+    from dripper_core.stages.extract import extract_stage
+
+    root = tempfile.mkdtemp(prefix="bench-dataplane-extract-")
+    try:
+        report = extract_stage(simplified_root, root, labeler="cpu", progress=False, force=True)
+        return report.summary["pages_out"]
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def _decoded_pages(warc_files: list[str]) -> list[tuple[str, str | None]]:
     from dripper_core.decode import decode_html
     from dripper_core.io.warc import iter_warc_pages
@@ -127,6 +142,22 @@ def main() -> int:
     wall, cpu, n = _best(args.rounds, simplify_only)
     rows.append(("simplify_html only, 1 process", n / wall, n / wall, n / cpu))
 
+    # The extract stage reads the shards of one simplify run (made here, outside the timings).
+    simplified_root = tempfile.mkdtemp(prefix="bench-dataplane-simplified-")
+    try:
+        simplify_stage(warc_files, simplified_root, progress=False, workers=0)
+        _extract_once(simplified_root)  # the labeler's model and walk layout warm
+        extract_wall, extract_cpu, n = _best(args.rounds, lambda: _extract_once(simplified_root))
+    finally:
+        shutil.rmtree(simplified_root, ignore_errors=True)
+    rows.append(
+        ("extract stage (cpu labeler), 1 process", n / extract_wall, n / extract_wall, n / extract_cpu)
+    )
+    stage_wall, stage_cpu = rows[0][1], rows[0][3]  # pages/s of the simplify stage, 1 process
+    both_wall = 1 / (1 / stage_wall + extract_wall / n)
+    both_cpu = 1 / (1 / stage_cpu + extract_cpu / n)
+    rows.append(("simplify + extract stages, 1 process", both_wall, both_wall, both_cpu))
+
     def trafilatura_only() -> int:
         for html, url in pages:
             trafilatura.extract(html, url=url)
@@ -137,10 +168,10 @@ def main() -> int:
     rows.append(("trafilatura.extract, 1 process", n / wall, n / wall, n / cpu))
     reference_wall, reference_cpu = rows[-1][2], rows[-1][3]
 
-    print(f"\n{'':36} {'pages/s':>8} {'/core':>7} {'÷ traf.':>8}   {'/CPU-s':>7} {'÷ traf.':>8}")
+    print(f"\n{'':40} {'pages/s':>8} {'/core':>7} {'÷ traf.':>8}   {'/CPU-s':>7} {'÷ traf.':>8}")
     for name, rate, per_core, per_cpu in rows:
         print(
-            f"{name:36} {rate:8.1f} {per_core:7.1f} {per_core / reference_wall:7.2f}x"
+            f"{name:40} {rate:8.1f} {per_core:7.1f} {per_core / reference_wall:7.2f}x"
             f"   {per_cpu:7.1f} {per_cpu / reference_cpu:7.2f}x"
         )
     print(f"\nLocalCluster start-up ({args.workers} workers): {startup:.2f} s (not in the timings above)")
