@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from lxml import etree
 
-from dripper_core.simplify.align import AlignmentError, ItemShape, attach_id
+from dripper_core.simplify.align import ANNOTATED, ItemShape, attach_id
 from dripper_core.simplify.dom import (
     EmptyDocumentError,
     clean_processing_dom,
@@ -22,11 +22,12 @@ from dripper_core.simplify.dom import (
     repair_html,
 )
 from dripper_core.simplify.items import cut_text, has_content, prune_attributes, shorten_lists
-from dripper_core.simplify.segment import REF_ATTR, Segmenter
+from dripper_core.simplify.segment import REF_ATTR, XML_INCOMPATIBLE, Candidate, ItemKind, Segmenter
 from dripper_core.simplify.tags import (
     CUTOFF_LENGTH,
     INLINE_TAGS,
     ITEM_ID_ATTR,
+    SELECT_ATTR,
     TEXT_RUN_TAG,
     VOID_TAGS,
     wrap_document,
@@ -38,6 +39,7 @@ __all__ = ["EmptyDocumentError", "SimplifyOptions", "simplify_html", "ITEM_ID_AT
 
 _FULL_DOCUMENT = re.compile(r"^\s*<(?:html|!doctype)", re.IGNORECASE)
 _ROUND_TRIP_PARSER = etree.HTMLParser()
+_SELECT_MARK = re.compile(re.escape(SELECT_ATTR), re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,29 +66,64 @@ class SimplifyOptions:
             raise ValueError(f"cutoff_length must be positive, got {self.cutoff_length}")
 
 
-def _as_item(tree: etree._Element, exact: bool) -> etree._Element | None:
+def _as_item(
+    tree: etree._Element, exact: bool, has_empty_container: bool | None = None
+) -> etree._Element | None:
     """The item tree as upstream's parser round trip leaves it (``None`` where upstream drops the item).
 
     The round trip is the identity for a subtree of a libxml2-parsed document except in two cases: an item
     rooted at ``<body>``/``<html>`` does not survive it, and an empty non-inline element, serialised as
     ``<li/>``, can swallow its following siblings. Only such items are round-tripped unless ``exact``
-    asks for all (the conformance tests check that both give the same output).
+    asks for all (the conformance tests check that both give the same output). ``has_empty_container``
+    is that second condition when already known (:class:`EmptyContainers`), else it is looked up.
     """
-    if exact or tree.tag in ("body", "html") or _has_empty_container(tree):
+    if has_empty_container is None:
+        has_empty_container = _has_empty_container(tree)
+    if exact or tree.tag in ("body", "html") or has_empty_container:
         return _round_trip(tree)
     return tree
 
 
+# Elements with no child but an empty text, if any (removing a hidden node can leave a text of ''); whether
+# they are containers is checked in Python.
+_CHILDLESS = etree.XPath("descendant-or-self::*[not(node()[not(self::text())]) and not(text() != '')]")
+
+
+_EMPTY_ELEMENTS = etree.XPath("descendant-or-self::*[not(node())]")
+
+
+def _is_empty_container(element: etree._Element) -> bool:
+    return element.tag not in INLINE_TAGS and element.tag not in VOID_TAGS
+
+
 def _has_empty_container(tree: etree._Element) -> bool:
-    for element in tree.iter():
-        if (
-            not element.text
-            and len(element) == 0
-            and element.tag not in INLINE_TAGS
-            and element.tag not in VOID_TAGS
-        ):
-            return True
-    return False
+    return any(_is_empty_container(element) for element in _CHILDLESS(tree))
+
+
+class EmptyContainers:
+    """Which subtrees of the processing DOM hold an empty non-inline element, found once per page.
+
+    An item copied from such a subtree needs upstream's round trip; asking once for the whole page instead
+    of once per item saves an XPath evaluation per item.
+    """
+
+    def __init__(self, processing: etree._Element) -> None:
+        self._holding: set[etree._Element] = set()
+        # No child node at all: the processing DOM stores no text as None, never as ''.
+        for element in _EMPTY_ELEMENTS(processing):
+            if not _is_empty_container(element):
+                continue
+            node = element
+            while node is not None and node not in self._holding:
+                self._holding.add(node)
+                node = node.getparent()
+
+    def in_candidate(self, candidate: Candidate) -> bool:
+        """Whether the candidate's item tree holds an empty non-inline element."""
+        if candidate.kind is ItemKind.BLOCK:
+            return candidate.source in self._holding
+        # A run: a new root (never empty: it has text or children) around copies of the run's elements.
+        return any(source in self._holding for source in candidate.run_sources)
 
 
 def _round_trip(tree: etree._Element) -> etree._Element | None:
@@ -95,7 +132,7 @@ def _round_trip(tree: etree._Element) -> etree._Element | None:
     Returns ``None`` where upstream's ``fragment_fromstring`` raises (leading text, several elements):
     such items are dropped upstream.
     """
-    markup = etree.tostring(tree, encoding="unicode")
+    markup = etree.tostring(tree, encoding="unicode", with_tail=False)
     if not _FULL_DOCUMENT.match(markup):
         markup = f"<html><body>{markup}</body></html>"
     try:
@@ -148,21 +185,28 @@ def simplify_html(
     original = parse_document(repair_html(html))
     processing, counterpart = processing_copy(original)
     hidden_removed = clean_processing_dom(processing)
-    segmenter = Segmenter(processing, counterpart)
+    empty_containers = EmptyContainers(processing)
+    segmenter = Segmenter(processing, counterpart, XML_INCOMPATIBLE.search(html) is not None)
     candidates = segmenter.run(processing)
+    # Only pages annotated with cc-select (WebMainBench's) have it to copy onto blocks; the text search
+    # spares a search of the tree on all others.
+    annotated_page = _SELECT_MARK.search(html) is not None and ANNOTATED(original)
 
     pieces: list[str] = []
     mapped: list[tuple[int, str, etree._Element | None]] = []
     body_items = 0
     for candidate in candidates:
-        item = _as_item(candidate.tree, options.exact_round_trip)
+        # An item holding XML-incompatible characters is round-tripped as upstream does (they become U+FFFD).
+        needs_round_trip = candidate.holds_xml_incompatible or empty_containers.in_candidate(candidate)
+        item = _as_item(candidate.tree, options.exact_round_trip, needs_round_trip)
         if item is None and candidate.from_body and options.keep_body_text:
             _as_plain_div(candidate.tree)
             item = _as_item(candidate.tree, options.exact_round_trip)
             body_items += item is not None
         if item is None:
             continue
-        shape = ItemShape.of(item)
+        # Only runs are aligned through the refs their tree carries.
+        shape = ItemShape.of(item) if candidate.kind is not ItemKind.BLOCK else None
         prune_attributes(item)
         shorten_lists(item)
         if not has_content(item):
@@ -171,10 +215,12 @@ def simplify_html(
         item_id = len(mapped) + 1
         item.set(ITEM_ID_ATTR, str(item_id))
         try:
-            element = attach_id(candidate, shape, item_id, segmenter.refs, segmenter.block_type_marked)
-        except AlignmentError:
+            element = attach_id(
+                candidate, shape, item_id, segmenter.refs, segmenter.block_type_marked, annotated_page
+            )
+        except ValueError:  # AlignmentError, or a wrapper text lxml refuses: upstream drops the item too
             continue
-        piece = etree.tostring(item, method="html", encoding="unicode").strip()
+        piece = etree.tostring(item, method="html", encoding="unicode", with_tail=False).strip()
         pieces.append(piece)
         mapped.append((item_id, piece, element))
 
@@ -200,6 +246,7 @@ def simplify_html(
             "hidden_removed": hidden_removed,
             "body_text_items": body_items,
             "invalid_name_items": segmenter.skipped_invalid_names,
+            "xml_incompatible_items": segmenter.skipped_xml_incompatible,
             "simplify_seconds": time.perf_counter() - started,
         },
     )

@@ -14,6 +14,9 @@ from lxml import etree
 from dripper_core.simplify.segment import REF_ATTR, Candidate, ItemKind
 from dripper_core.simplify.tags import INLINE_TAGS, ITEM_ID_ATTR, SELECT_ATTR, TEXT_RUN_TAG
 
+_FIRST_ANNOTATED_DESCENDANT = etree.XPath(f"descendant::*[@{SELECT_ATTR}][1]")
+ANNOTATED = etree.XPath(f"boolean(descendant-or-self::*[@{SELECT_ATTR}])")
+
 
 class AlignmentError(ValueError):
     """The item's nodes are no longer where the run expects them; upstream drops such an item."""
@@ -43,12 +46,18 @@ class ItemShape:
 
 def attach_id(
     candidate: Candidate,
-    shape: ItemShape,
+    shape: ItemShape | None,
     item_id: int,
     refs: list[etree._Element],
     holds_blocks: set[etree._Element],
+    annotated_page: bool = True,
 ) -> etree._Element | None:
     """Put ``item_id`` on the original DOM; return the element now carrying it (``None`` if none does).
+
+    ``shape`` is the item's after its round trip; a block needs none (its candidate's original is the
+    element).
+
+    ``annotated_page`` false says no element of the page has ``cc-select`` (nothing to copy onto blocks).
 
     Raises:
         AlignmentError: the run's nodes cannot be found under its parent (the item must be dropped).
@@ -57,10 +66,8 @@ def attach_id(
     parent = candidate.original
     if candidate.kind is ItemKind.BLOCK:
         parent.set(ITEM_ID_ATTR, value)
-        for descendant in parent.iterdescendants():
-            if descendant.get(SELECT_ATTR) is not None:
-                parent.set(SELECT_ATTR, descendant.get(SELECT_ATTR))
-                break
+        for annotated in _FIRST_ANNOTATED_DESCENDANT(parent) if annotated_page else ():
+            parent.set(SELECT_ATTR, annotated.get(SELECT_ATTR))
         return parent
     own = refs[shape.root_ref] if shape.root_ref is not None else None
     if shape.has_children:

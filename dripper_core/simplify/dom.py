@@ -79,14 +79,11 @@ def _flatten_select_contents(root: etree._Element) -> None:
 def processing_copy(original: etree._Element) -> tuple[etree._Element, dict[etree._Element, etree._Element]]:
     """Deep-copy ``original`` and map every element of the copy to its original.
 
-    The map is built before anything is removed from the copy, so it pairs nodes by document order.
+    The map is built before anything is removed from the copy, so it pairs nodes by document order
+    (built by ``dict(zip(...))`` over element-only iterators: no Python step per node).
     """
     processing = copy.deepcopy(original)
-    counterpart = {
-        node: twin
-        for node, twin in zip(processing.iter(), original.iter(), strict=True)
-        if isinstance(node.tag, str)
-    }
+    counterpart = dict(zip(processing.iter(etree.Element), original.iter(etree.Element), strict=True))
     return processing, counterpart
 
 
@@ -100,10 +97,18 @@ def is_invisible_style(style: str) -> bool:
     return False
 
 
+# Candidates for removal, in document order (an XPath union is sorted): children of ``<body>`` marked as
+# navigation, elements with an inline style (checked in Python), and the hidden content of a closed
+# ``<details>``. Evaluated on the root, ``descendant`` leaves out the root itself, which has no parent.
+_REMOVAL_CANDIDATES = etree.XPath(
+    "//body/*[{markers}] | descendant::*[@style] | descendant::details[not(@open)]/*[not(self::summary)]".format(
+        markers=" or ".join(f"@class='{marker}' or @id='{marker}'" for marker in sorted(NAV_MARKERS))
+    )
+)
+
+
 def _should_remove(element: etree._Element) -> bool:
     parent = element.getparent()
-    if parent is None:
-        return False
     if parent.tag == "body" and (
         element.get("class", "") in NAV_MARKERS or element.get("id", "") in NAV_MARKERS
     ):
@@ -116,18 +121,20 @@ def _should_remove(element: etree._Element) -> bool:
 
 def _remove_keeping_tail(element: etree._Element) -> None:
     # Upstream appends the tail to the previous sibling's tail, or to its *text* when it has no tail.
+    # An empty result is stored as no text (None), as the parser stores it, so that "no text" has one
+    # form in the processing DOM.
     parent = element.getparent()
     tail = element.tail or ""
     element.tail = None
     previous = element.getprevious()
     if previous is None:
-        parent.text = (parent.text or "") + tail
+        parent.text = (parent.text or "") + tail or None
     elif previous.tail is not None:
-        previous.tail += tail
+        previous.tail = previous.tail + tail or None
     elif previous.text is not None:
-        previous.text += tail
+        previous.text = previous.text + tail or None
     else:
-        previous.text = tail
+        previous.text = tail or None
     parent.remove(element)
 
 
@@ -139,18 +146,12 @@ def clean_processing_dom(processing: etree._Element) -> int:
     removed, in document order (the order upstream's bottom-up pass produces for them).
     """
     etree.strip_elements(processing, *REMOVED_TAGS, with_tail=True)
-    doomed = []
-    skip_below = None
-    for element in processing.iter():
-        if not isinstance(element.tag, str):
+    doomed: list[etree._Element] = []
+    for element in _REMOVAL_CANDIDATES(processing):
+        if doomed and _is_descendant(element, doomed[-1]):
             continue
-        if skip_below is not None:
-            if _is_descendant(element, skip_below):
-                continue
-            skip_below = None
         if _should_remove(element):
             doomed.append(element)
-            skip_below = element
     for element in doomed:
         _remove_keeping_tail(element)
     return len(doomed)

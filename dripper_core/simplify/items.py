@@ -11,13 +11,13 @@ from lxml import etree
 from dripper_core.simplify.tags import CUTOFF_LENGTH, ELLIPSIS, UNCOUNTED_TEXT_TAGS
 
 _KEPT_IMG_ATTRS = ("alt", "class", "id")
+_KEPT_ATTRS = ("class", "id")
+_LISTS = ("ul", "ol", "dl")
 
 
 def prune_attributes(item: etree._Element) -> None:
     """Keep ``class`` and ``id`` everywhere, plus ``src`` (unless a data URI) and ``alt`` on images."""
-    for element in item.iter():
-        if not isinstance(element.tag, str):
-            continue
+    for element in item.iter(etree.Element):
         attrib = element.attrib
         if not attrib:
             continue
@@ -26,39 +26,52 @@ def prune_attributes(item: etree._Element) -> None:
             kept = [("src", src)] if src and not src.startswith("data:image/") else []
             kept += [(name, attrib.get(name, "").strip()) for name in _KEPT_IMG_ATTRS]
         else:
-            kept = [("class", attrib.get("class", "").strip()), ("id", attrib.get("id", "").strip())]
-        attrib.clear()
-        for name, value in kept:
-            if value:
-                attrib[name] = value
+            kept = [(name, attrib.get(name, "").strip()) for name in _KEPT_ATTRS]
+        kept = [(name, value) for name, value in kept if value]
+        if attrib.items() != kept:  # most already hold exactly what is kept, in that order
+            attrib.clear()
+            attrib.update(kept)
 
 
 def shorten_lists(item: etree._Element) -> None:
     """Show lists as first entry, ``<span>...</span>``, last entry (``dl``: first and last dt groups)."""
-    # Top-down, each list shortened before its remaining children are visited.
-    stack = [item]
-    while stack:
-        element = stack.pop()
-        tag = element.tag
-        if tag in ("ul", "ol"):
-            children = list(element)
-            if len(children) > 2:
-                for child in children[1:-1]:
-                    element.remove(child)
-                children[-1].addprevious(_list_ellipsis())
-        elif tag == "dl":
-            children = list(element)
-            if len(children) > 2:
-                terms = [index for index, child in enumerate(children) if child.tag == "dt"]
-                if len(terms) > 1:
-                    first_group = children[terms[0] : terms[1]]
-                    last_group = children[terms[-1] :]
-                    for child in children:
-                        element.remove(child)
-                    element.extend(first_group)
-                    element.append(_list_ellipsis())
-                    element.extend(last_group)
-        stack.extend(reversed([child for child in element if isinstance(child.tag, str)]))
+    # Top-down: lists in document order, each shortened before the lists inside it; a list that went with
+    # a removed entry is skipped. Most items hold no list at all.
+    lists = list(item.iter(*_LISTS))
+    removed: set[etree._Element] = set()
+    for element in lists:
+        if removed and _inside(element, removed, item):
+            continue
+        children = list(element)
+        if len(children) <= 2:
+            continue
+        if element.tag != "dl":
+            for child in children[1:-1]:
+                element.remove(child)
+                removed.add(child)
+            children[-1].addprevious(_list_ellipsis())
+            continue
+        terms = [index for index, child in enumerate(children) if child.tag == "dt"]
+        if len(terms) > 1:
+            first_group = children[terms[0] : terms[1]]
+            last_group = children[terms[-1] :]
+            for child in children:
+                element.remove(child)
+            removed.update(children[: terms[0]])
+            removed.update(children[terms[1] : terms[-1]])
+            element.extend(first_group)
+            element.append(_list_ellipsis())
+            element.extend(last_group)
+
+
+def _inside(element: etree._Element, removed: set[etree._Element], item: etree._Element) -> bool:
+    """Whether ``element`` is, or sits below, one of the ``removed`` subtrees (rather than in ``item``)."""
+    node = element
+    while node is not None and node is not item:
+        if node in removed:
+            return True
+        node = node.getparent()
+    return False
 
 
 def _list_ellipsis() -> etree._Element:
@@ -73,12 +86,12 @@ def has_content(item: etree._Element) -> bool:
     As upstream, an image counts by its src alone: text following an ``<img>`` (its tail) is not looked at.
     """
     for element in item.iter():
-        if element.text and element.text.strip():
+        if element.text and not element.text.isspace():
             return True
         if element.tag == "img":
             if element.get("src", "").strip():
                 return True
-        elif element is not item and element.tail and element.tail.strip():
+        elif element is not item and element.tail and not element.tail.isspace():
             return True
     return False
 
@@ -90,16 +103,19 @@ def cut_text(item: etree._Element, max_length: int = CUTOFF_LENGTH) -> None:
     quirk kept for fidelity). At the cut, everything after it in document order is blanked and the
     following siblings of the cut node and of its ancestors are removed.
     """
+    if sum(map(len, item.itertext())) <= max_length:  # all text and tails below: at least what counts
+        return
     # (kind, node, text, can_cut) in document order. A frame is (node, excluded, parent_excluded,
     # closing); the closing frame emits the node's tail once its subtree is done.
     entries: list[tuple[str, etree._Element, str, bool]] = []
     total = 0
-    parent_excluded = _excluded_up(item.getparent())
-    stack = [(item, parent_excluded or item.tag in UNCOUNTED_TEXT_TAGS, parent_excluded, False)]
+    # The item is cut as a tree of its own: what is around it in its document (its tail, its ancestors and
+    # their siblings) is neither counted nor touched.
+    stack = [(item, item.tag in UNCOUNTED_TEXT_TAGS, False, False)]
     while stack:
         node, excluded, parent_excluded, closing = stack.pop()
         if closing:
-            if node.tail:
+            if node.tail and node is not item:
                 entries.append(("tail", node, node.tail, not parent_excluded))
                 total += len(node.tail)
             continue
@@ -130,25 +146,15 @@ def cut_text(item: etree._Element, max_length: int = CUTOFF_LENGTH) -> None:
                 node.tail = cut
             used = max_length
             cut_done = True
-            _drop_following(node)
+            _drop_following(node, item)
         else:
             used += len(text)
 
 
-def _excluded_up(node: etree._Element | None) -> bool:
-    while node is not None:
-        if node.tag in UNCOUNTED_TEXT_TAGS:
-            return True
-        node = node.getparent()
-    return False
-
-
-def _drop_following(node: etree._Element) -> None:
-    """Remove the following siblings of ``node`` and of each of its ancestors."""
-    while node is not None:
+def _drop_following(node: etree._Element, item: etree._Element) -> None:
+    """Remove the following siblings of ``node`` and of each of its ancestors below ``item``."""
+    while node is not item:
         parent = node.getparent()
-        if parent is None:
-            return
         following = list(node.itersiblings())
         for sibling in following:
             parent.remove(sibling)
