@@ -131,17 +131,29 @@ def submit_and_defer(
     method_name: str,
     poll_seconds: float = 30.0,
     kwargs: dict[str, Any] | None = None,
+    adopt_name: str | None = None,
 ) -> None:
     """Submit ``script`` (written to ``script_path``) and defer ``operator`` until the job ends.
 
     ``operator.{method_name}(context, event, **kwargs)`` is called when it does; ``kwargs`` gets
     ``job_id`` and ``log``. ``operator._slurm_job_id`` is set so that ``on_kill`` can cancel the job.
+    With ``adopt_name``, a job of that name still pending or running with its log beside ``log_path``
+    (an earlier attempt of the task that died before it could defer) is waited for instead of submitting a
+    second one into the same run folder.
     """
     env = {**os.environ, **slurm_environment()}
-    job_id = slurm_jobs.submit(script, script_path, env)
+    running = slurm_jobs.active_jobs(adopt_name, os.path.dirname(log_path), env) if adopt_name else []
+    if running:
+        job_id = running[0]
+        operator.log.info(
+            "Slurm job %s (%s) of an earlier attempt is still active: waiting for it", job_id, adopt_name
+        )
+    else:
+        job_id = slurm_jobs.submit(script, script_path, env)
+        operator.log.info("submitted Slurm job %s (script %s)", job_id, script_path)
     operator._slurm_job_id = job_id
     log = log_path.replace("%j", job_id)
-    operator.log.info("submitted Slurm job %s (script %s, log %s)", job_id, script_path, log)
+    operator.log.info("Slurm job %s logs to %s", job_id, log)
     operator.defer(
         trigger=SlurmJobTrigger([job_id], slurm_environment(), poll_seconds, [log]),
         method_name=method_name,
@@ -232,11 +244,12 @@ def submit_module_job(
     submit_and_defer(
         operator,
         script,
-        os.path.join(log_dir, f"{job_name}-{stamp}.sbatch"),
+        os.path.join(log_dir, f"{slurm_jobs.slurm_job_name(config, job_name)}-{stamp}.sbatch"),
         os.path.join(log_dir, "slurm-%j.out"),
         method_name=method_name,
         poll_seconds=config.poll_seconds,
         kwargs=kwargs,
+        adopt_name=slurm_jobs.slurm_job_name(config, job_name),
     )
 
 

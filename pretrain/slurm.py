@@ -33,7 +33,9 @@ __all__ = [
     "SlurmError",
     "SlurmJobConfig",
     "SlurmJobState",
+    "active_jobs",
     "cancel",
+    "slurm_job_name",
     "job_state",
     "log_tail",
     "render_sbatch",
@@ -151,8 +153,9 @@ class SlurmJobConfig:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-def _job_name(name: str) -> str:
-    return _JOB_NAME.sub("-", name).strip("-")[:128] or "pretrain"
+def slurm_job_name(config: SlurmJobConfig, default: str) -> str:
+    """The ``--job-name`` of a job: ``config.job_name`` or ``default``, as Slurm-safe characters."""
+    return _JOB_NAME.sub("-", config.job_name or default).strip("-")[:128] or "pretrain"
 
 
 def render_sbatch(
@@ -186,7 +189,7 @@ def render_sbatch(
     if launcher == "python" and int(config.nodes) != 1:
         raise ValueError(f"slurm nodes={config.nodes}: a single-process job ({module}) runs on 1 node")
     python = config.python or _default_python()
-    name = _job_name(config.job_name or job_name)
+    name = slurm_job_name(config, job_name)
     directives = [
         f"--job-name={name}",
         f"--nodes={int(config.nodes)}",
@@ -304,6 +307,21 @@ def submit(script: str, path: str | os.PathLike, env: Mapping[str, str] | None =
     path.write_text(script, encoding="utf-8")
     out = _run(["sbatch", "--parsable", *args, str(path)], env).strip()
     return out.split(";")[0]  # "ID;cluster" on federated clusters
+
+
+def active_jobs(name: str, log_dir: str | os.PathLike, env: Mapping[str, str] | None = None) -> list[str]:
+    """This user's jobs named ``name`` that are pending or running and log into ``log_dir``: a job
+    submitted for the same run by an earlier attempt of the task (adopted rather than doubled)."""
+    out = _run(
+        ["squeue", "--me", "-h", "-n", name, "-t", "PENDING,CONFIGURING,RUNNING,SUSPENDED", "-o", "%i"], env
+    )
+    folder = os.path.normpath(os.fspath(log_dir))
+    found = []
+    for job in out.split():
+        state = job_state(job, env)
+        if state.active and state.log and os.path.dirname(os.path.normpath(state.log)) == folder:
+            found.append(job)
+    return found
 
 
 def cancel(job_id: str, env: Mapping[str, str] | None = None) -> None:

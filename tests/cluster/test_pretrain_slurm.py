@@ -66,6 +66,7 @@ def test_sbatch_script_for_a_4_node_8_gpu_1b_run(tmp_path, monkeypatch):
         return "4242"
 
     monkeypatch.setattr(slurm_jobs, "submit", fake_submit)
+    monkeypatch.setattr(slurm_jobs, "active_jobs", lambda *args: [])  # no Slurm needed here
     tokens = tmp_path / "root" / "tokens"
     operator = PretrainOperator(
         task_id="pretrain",

@@ -1,6 +1,7 @@
 """The Slurm job machinery on the real one-node cluster: a failing job fails the task with its state, exit
 code and log tail; a job whose dependency failed counts as failed (it would pend forever); the trigger's
-``on_kill`` (task marked failed or cleared while deferred) cancels the job."""
+``on_kill`` (task marked failed or cleared while deferred) cancels the job; a retried task whose job is
+still running waits for that job instead of submitting a second one into the same run folder."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import logging
 import time
 
 import pytest
-from airflow.sdk.exceptions import AirflowException
+from airflow.sdk.exceptions import AirflowException, TaskDeferred
 
-from operators.slurm import SlurmJobTrigger, job_outcome, slurm_environment
+from operators.jobs import ModuleJobOperator
+from operators.slurm import SlurmJobTrigger, job_outcome, slurm_environment, submit_module_job
 from pretrain import slurm as slurm_jobs
 
 
@@ -79,3 +81,32 @@ def test_trigger_on_kill_cancels_the_job(slurm_cluster, slurm_env, tmp_path):
 
 def test_unknown_job_is_reported_not_raised(slurm_cluster, slurm_env):
     assert slurm_jobs.job_state("999999", slurm_env).state == "UNKNOWN"
+
+
+def test_a_retry_adopts_the_job_still_running_for_its_run(slurm_cluster, slurm_env, tmp_path):
+    def attempt():
+        operator = ModuleJobOperator(
+            task_id="job", module="timeit", arguments=["-n", "1", "import time; time.sleep(300)"]
+        )
+        operator.slurm = {"partition": slurm_cluster.partition, "time": "10:00", "poll_seconds": 1}
+        with pytest.raises(TaskDeferred) as deferred:
+            submit_module_job(
+                operator, log_dir=str(tmp_path / "slurm"), job_name="sleepy-run", launcher="python"
+            )
+        return deferred.value.kwargs["job_id"]
+
+    first = attempt()
+    try:
+        # The worker died after sbatch, before the task deferred: the retry finds the job and waits for it.
+        assert attempt() == first
+        assert slurm_cluster.job_ids() == [first]
+        # Another run folder is another run: a job of its own.
+        other = ModuleJobOperator(task_id="job", module="timeit", arguments=["-n", "1", "pass"])
+        other.slurm = {"partition": slurm_cluster.partition, "time": "10:00"}
+        with pytest.raises(TaskDeferred) as deferred:
+            submit_module_job(
+                other, log_dir=str(tmp_path / "other"), job_name="sleepy-run", launcher="python"
+            )
+        assert deferred.value.kwargs["job_id"] != first
+    finally:
+        slurm_cluster.cancel_all()
