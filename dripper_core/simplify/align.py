@@ -15,7 +15,7 @@ from dripper_core.simplify.segment import REF_ATTR, Candidate, ItemKind
 from dripper_core.simplify.tags import INLINE_TAGS, ITEM_ID_ATTR, SELECT_ATTR, TEXT_RUN_TAG
 
 _FIRST_ANNOTATED_DESCENDANT = etree.XPath(f"descendant::*[@{SELECT_ATTR}][1]")
-ANNOTATED = etree.XPath(f"boolean(descendant-or-self::*[@{SELECT_ATTR}])")
+ANNOTATED = etree.XPath(f"boolean(//@{SELECT_ATTR})")
 
 
 class AlignmentError(ValueError):
