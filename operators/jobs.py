@@ -259,14 +259,13 @@ class PretrainOperator(ModuleJobOperator):
         train = super().execute(context)
         return self._export(context, run_dir, root, train["result"])
 
-    def execute_slurm_complete(
-        self, context: Any, event: dict[str, Any], run_dir: str, root: str, **job: Any
-    ) -> dict[str, Any]:
+    def execute_slurm_complete(self, context: Any, event: dict[str, Any], **job: Any) -> dict[str, Any]:
         """Resumed when the Slurm training job ended: fail with its log tail, or export as locally."""
-        from operators.slurm import job_outcome
+        from operators.slurm import job_outcome, resume_kwargs
 
+        job = resume_kwargs(event, job)
         train = job_outcome(self, event, f"{self.task_id}: pretraining")
-        return self._export(context, run_dir, root, train["result"])
+        return self._export(context, job["run_dir"], job["root"], train["result"])
 
     def on_kill(self) -> None:
         from operators.slurm import on_kill_cancel

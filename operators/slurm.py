@@ -39,6 +39,7 @@ __all__ = [
     "SlurmJobTrigger",
     "SlurmRefineOperator",
     "job_outcome",
+    "resume_kwargs",
     "slurm_environment",
     "submit_and_defer",
     "submit_module_job",
@@ -57,14 +58,16 @@ def slurm_environment() -> dict[str, str]:
 class SlurmJobTrigger(BaseTrigger):
     """Wait for Slurm jobs to finish.
 
-    Fires one event: ``{"status": "success" | "failed", "jobs": [state dicts…], "logs": [paths…]}``;
-    ``failed`` as soon as one job failed or will never start.
+    Fires one event: ``{"status": "success" | "failed", "jobs": [state dicts…], "logs": [paths…], "carry":
+    {…}}``; ``failed`` as soon as one job failed or will never start.
 
     Args:
         job_ids: The jobs (array jobs count as done when all their tasks are).
         env: Environment of the Slurm commands (``SLURM_CONF``, ``PATH``); ``None``: the triggerer's.
         poll_seconds: Seconds between two looks.
         logs: The jobs' log files, carried into the event.
+        carry: What the resumed task needs (the defer kwargs), carried into the event too: Airflow's
+            triggerer merges the defer kwargs with the event, ``dag.test()`` passes only the event.
     """
 
     def __init__(
@@ -73,17 +76,25 @@ class SlurmJobTrigger(BaseTrigger):
         env: dict[str, str] | None = None,
         poll_seconds: float = 30.0,
         logs: Sequence[str] = (),
+        carry: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.job_ids = [str(j) for j in job_ids]
         self.env = dict(env) if env else None
         self.poll_seconds = float(poll_seconds)
         self.logs = [str(p) for p in logs]
+        self.carry = dict(carry or {})
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
             "operators.slurm.SlurmJobTrigger",
-            {"job_ids": self.job_ids, "env": self.env, "poll_seconds": self.poll_seconds, "logs": self.logs},
+            {
+                "job_ids": self.job_ids,
+                "env": self.env,
+                "poll_seconds": self.poll_seconds,
+                "logs": self.logs,
+                "carry": self.carry,
+            },
         )
 
     def _env(self) -> dict[str, str] | None:
@@ -111,7 +122,8 @@ class SlurmJobTrigger(BaseTrigger):
                 self.log.info("slurm: %s", summary)
                 last = summary
             if status is not None:
-                yield TriggerEvent({"status": status, "jobs": [vars(s) for s in states], "logs": self.logs})
+                jobs = [vars(s) for s in states]
+                yield TriggerEvent({"status": status, "jobs": jobs, "logs": self.logs, "carry": self.carry})
                 return
             await asyncio.sleep(self.poll_seconds)
 
@@ -154,11 +166,18 @@ def submit_and_defer(
     operator._slurm_job_id = job_id
     log = log_path.replace("%j", job_id)
     operator.log.info("Slurm job %s logs to %s", job_id, log)
+    carry = {**(kwargs or {}), "job_id": job_id, "log": log}
     operator.defer(
-        trigger=SlurmJobTrigger([job_id], slurm_environment(), poll_seconds, [log]),
+        trigger=SlurmJobTrigger([job_id], slurm_environment(), poll_seconds, [log], carry),
         method_name=method_name,
-        kwargs={**(kwargs or {}), "job_id": job_id, "log": log},
+        kwargs=carry,
     )
+
+
+def resume_kwargs(event: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The defer kwargs of a resumed task: as passed (Airflow's triggerer), else from the event's carry
+    (``dag.test()`` passes only the event)."""
+    return {**(event.get("carry") or {}), **kwargs}
 
 
 def _last_json(path: str) -> dict[str, Any] | None:
@@ -313,18 +332,19 @@ class SlurmRefineOperator(RefineOperator):
             return self.execute_complete(context, {"status": "success", "jobs": []}, jobs=[])
         self.log.info("refine: submitted Slurm jobs %s (logs under %s)", jobs, submitted["slurm_logs"])
         self._slurm_job_id = jobs[-1]
+        poll = float((self.slurm or {}).get("poll_seconds", 30))
         self.defer(
-            trigger=SlurmJobTrigger(
-                jobs, slurm_environment(), float((self.slurm or {}).get("poll_seconds", 30))
-            ),
+            trigger=SlurmJobTrigger(jobs, slurm_environment(), poll, carry={"jobs": jobs}),
             method_name="execute_complete",
             kwargs={"jobs": jobs},
         )
 
-    def execute_complete(self, context: Any, event: dict[str, Any], jobs: Sequence[str]) -> dict[str, Any]:
+    def execute_complete(self, context: Any, event: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         """Resumed when the jobs ended: fail (cancelling the rest of the chain) or summarize."""
         from dripper_core.io.storage import join_path
         from dripper_core.refine.pipeline import complete_refine
+
+        jobs = resume_kwargs(event, kwargs)["jobs"]
 
         if event.get("status") != "success":
             for job in jobs:
