@@ -1,5 +1,7 @@
 """Real cluster engines on 127.0.0.1 for the tests of ``tests/cluster/``, each started once per test run and
-only when a collected test asks for it (session-scoped fixtures):
+only when a collected test asks for it (fixtures scoped to this package: started by the first test that
+needs one, stopped when ``tests/cluster/`` is done, so no idle daemon outlives it through the rest of the
+suite):
 
 - ``slurm_cluster``: a one-node Slurm cluster (Debian's slurm-wlm 22.05: ``slurmctld``, ``slurmd``, and a
   ``munged`` of its own on a socket in the cluster's folder), ``CPUs=2``, one default partition;
@@ -11,7 +13,7 @@ only when a collected test asks for it (session-scoped fixtures):
 Missing Debian packages are installed with ``apt-get`` when this runs as root where apt-get exists (as
 ``make cluster-engines`` does, and as CI runs); elsewhere the tests that need the engine skip with a one-line
 reason. Every server listens on 127.0.0.1 only, keeps its state in a temporary folder, and is stopped by its
-own process id when the session ends (Slurm jobs still queued are cancelled first).
+own process id at the end (Slurm jobs still queued are cancelled first).
 """
 
 from __future__ import annotations
@@ -255,7 +257,7 @@ def _stop_slurm(cluster: SlurmCluster) -> None:
         stop_pid(_read_pid(root / name))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def slurm_cluster() -> Iterator[SlurmCluster]:
     """A one-node Slurm cluster on 127.0.0.1 (2 CPUs, partition ``debug``), as root; skips elsewhere."""
     if os.geteuid() != 0:
@@ -379,7 +381,7 @@ class PostgresServer:
         self.start()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def postgres_server() -> Iterator[PostgresServer]:
     """A PostgreSQL 15 cluster in a temporary folder on a free 127.0.0.1 port; skips where it cannot run."""
     ensure_debian_packages("postgresql", POSTGRES_PACKAGES, ("initdb", "pg_ctl", "postgres"), [POSTGRES_BIN])
@@ -503,7 +505,7 @@ class DaskCluster:
         self.workers.clear()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def dask_cluster() -> Iterator[DaskCluster]:
     """A Dask scheduler and two workers (``w0``, ``w1``), each a process of its own, on 127.0.0.1."""
     pytest.importorskip("distributed")
