@@ -285,10 +285,17 @@ def _default_python() -> str:
 # -- Slurm commands ----------------------------------------------------------------------------------------
 
 
-def _run(args: Sequence[str], env: Mapping[str, str] | None = None, timeout: float = 120) -> str:
+def _run(
+    args: Sequence[str], env: Mapping[str, str] | None = None, timeout: float = 120, cwd: str | None = None
+) -> str:
     try:
         done = subprocess.run(
-            list(args), capture_output=True, text=True, env=dict(env) if env else None, timeout=timeout
+            list(args),
+            capture_output=True,
+            text=True,
+            env=dict(env) if env else None,
+            timeout=timeout,
+            cwd=cwd,
         )
     except FileNotFoundError:
         raise SlurmError(
@@ -305,7 +312,8 @@ def submit(script: str, path: str | os.PathLike, env: Mapping[str, str] | None =
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(script, encoding="utf-8")
-    out = _run(["sbatch", "--parsable", *args, str(path)], env).strip()
+    # From the script's folder: a script without --output logs there (slurm-JOB.out), not where Airflow runs.
+    out = _run(["sbatch", "--parsable", *args, str(path.resolve())], env, cwd=str(path.parent)).strip()
     return out.split(";")[0]  # "ID;cluster" on federated clusters
 
 
