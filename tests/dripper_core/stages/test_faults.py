@@ -122,7 +122,18 @@ def test_killed_simplify_run_resumes_to_the_same_output(reference_run, tmp_path)
 def test_killed_extract_run_resumes_to_the_same_output(reference_run, tmp_path):
     root = tmp_path / "run"
     shutil.copytree(f"{reference_run['root']}/simplified", root / "simplified")
-    command = ["run", "extract", "--input", str(root), "--labeler", LONG_BLOCKS, "--batch-size", "8"]
+    command = [
+        "run",
+        "extract",
+        "--input",
+        str(root),
+        "--output",
+        str(root),
+        "--labeler",
+        LONG_BLOCKS,
+        "--batch-size",
+        "8",
+    ]
     finished = kill_run_after_first_marker(command, root, "extracted")
     assert 1 <= finished < 4
     report = extract_stage(str(root), labeler=LongBlocks(), progress=False)

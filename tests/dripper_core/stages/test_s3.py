@@ -68,7 +68,7 @@ def test_cli_on_s3_with_a_listing_and_storage_options(reference_run, s3_bucket, 
     listing = f"s3://{s3_bucket}/sample/crawl-data/CC-MAIN-SAMPLE/warc.paths.gz"
     commands = [
         ["run", "simplify", "--input", listing, "--output", root, "--workers", "0", "--count", "2", *flags],
-        ["run", "extract", "--input", root, "--labeler", LONG_BLOCKS, *flags],
+        ["run", "extract", "--input", root, "--output", root, "--labeler", LONG_BLOCKS, *flags],
     ]
     for command in commands:
         done = subprocess.run(
