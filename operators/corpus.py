@@ -288,7 +288,6 @@ class RefineOperator(StorageOperator):
         return config
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from dripper_core.io.storage import join_path
         from dripper_core.refine import run_refine
 
         hook = self.hook(self.root)
@@ -300,6 +299,12 @@ class RefineOperator(StorageOperator):
                 storage_options=hook.storage_options,
                 force=bool(self.force),
             )
+        return self.refine_result(summary)
+
+    def refine_result(self, summary: dict[str, Any]) -> dict[str, Any]:
+        """The XCom form of a refinement summary: its counts, the steps run and where the corpus is."""
+        from dripper_core.io.storage import join_path
+
         keep = (
             "documents_in",
             "documents_out",

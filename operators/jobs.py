@@ -225,9 +225,11 @@ class PretrainOperator(ModuleJobOperator):
         if os.path.isfile(tokenizer):
             tokenizer = os.path.dirname(tokenizer)  # the CLI wants the tokenizer's folder
         from dripper_core.layout import ExtractorLayout
+        from eval.ablation import default_train_run
 
-        layout = ExtractorLayout(root)
-        run_dir = layout.pretrain(str(self.run_name or f"{self.model}-{self.train_steps}steps"))
+        run_dir = ExtractorLayout(root).pretrain(
+            str(self.run_name or default_train_run(self.model, self.train_steps))
+        )
         if int(self.nproc) > 1 and self.run_on == "local":
             self.launcher = ["torchrun", "--standalone", "--nproc-per-node", str(int(self.nproc)), "-m"]
         self.arguments = [
@@ -278,7 +280,9 @@ class PretrainOperator(ModuleJobOperator):
 
         self.launcher = None
         if self.eval_every not in (None, ""):
-            hf_root = os.path.join(run_dir, "hf-checkpoints")  # ExtractorLayout.hf_checkpoints
+            from dripper_core.layout import ExtractorLayout
+
+            hf_root = ExtractorLayout(root).hf_checkpoints(os.path.basename(run_dir.rstrip("/")))
             self.arguments = ["export", "--checkpoint", run_dir, "--out", hf_root, "--every-checkpoint"]
         else:
             self.arguments = ["export", "--checkpoint", run_dir, "--out", os.path.join(run_dir, "hf")]

@@ -341,7 +341,6 @@ class SlurmRefineOperator(RefineOperator):
 
     def execute_complete(self, context: Any, event: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         """Resumed when the jobs ended: fail (cancelling the rest of the chain) or summarize."""
-        from dripper_core.io.storage import join_path
         from dripper_core.refine.pipeline import complete_refine
 
         jobs = resume_kwargs(event, kwargs)["jobs"]
@@ -352,24 +351,7 @@ class SlurmRefineOperator(RefineOperator):
                     slurm_jobs.cancel(job, {**os.environ, **slurm_environment()})
         job_outcome(self, event, f"{self.task_id}: refinement")
         summary = complete_refine(self.root, self.hook(self.root).storage_options)
-        keep = (
-            "documents_in",
-            "documents_out",
-            "tokens_in",
-            "tokens_out",
-            "token_unit",
-            "dropped",
-            "balanced",
-        )
-        result = {key: summary[key] for key in (*keep, "complete") if key in summary}
-        result["steps"] = [row["step"] for row in summary.get("steps", [])[1:]]
-        result.update(
-            root=self.root,
-            corpus=join_path(self.root, "corpus"),
-            summary=join_path(self.root, "refine", "_summary.json"),
-            slurm_jobs=list(jobs),
-        )
-        return result
+        return {**self.refine_result(summary), "slurm_jobs": list(jobs)}
 
     def on_kill(self) -> None:
         on_kill_cancel(self)
