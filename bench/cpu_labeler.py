@@ -6,6 +6,7 @@ Usage::
     .venv/bin/python bench/cpu_labeler.py memory [--data FILE…] [--synthetic-mb MB]
     .venv/bin/python bench/cpu_labeler.py reference (--write OUT.jsonl.gz | --check FILE) [--data FILE…]
     .venv/bin/python bench/cpu_labeler.py quality [--data FILE…] [--by site|page|source] [--folds K]
+        [--lump-sources NAME=SOURCE,SOURCE…]
         [--baselines trafilatura resiliparse readability] [--workers N] [--out SUMMARY.json]
 
 ``speed``: one process, pages given as UTF-8 bytes; per chunk of pages, Dripper with the ``cpu`` labeler
@@ -27,9 +28,9 @@ test_reference_outputs.py`` checks the bundled sample against a file written bef
 
 ``quality``: every page is labelled by a model that never saw it. The training pages (full-text pages of
 ``--data``) are split into folds grouped by site (``--by site``, the default), by page, or one fold per
-source (``--by source``: leave-one-source-out); each page is extracted with the model of the fold that
-held out its group (pages outside every fold, such as snippet-only pages, with any fold's model: none saw
-them) and scored by ``eval`` (ROUGE-5 F1 raw and normalised, snippet F1) beside the baselines run on the
+source (``--by source``: leave-one-source-out; ``--lump-sources NAME=A,B`` holds A and B out together, as
+one fold); each page is extracted with the model of the fold that held out its group (pages outside every
+fold, such as snippet-only pages, with any fold's model: none saw them) and scored by ``eval`` (ROUGE-5 F1 raw and normalised, snippet F1) beside the baselines run on the
 same pages. Default data: ``../shared/data/dev.jsonl.gz`` and ``dev_hard.jsonl.gz`` (the bundled sample
 when absent).
 """
@@ -399,6 +400,10 @@ def run_quality(args: argparse.Namespace) -> int:
 
     started = time.perf_counter()
     training = build_training_set(args.data, workers=args.workers, limit=args.limit, progress=True)
+    # --lump-sources: several sources form one fold of --by source (held out together, named as one).
+    lumped = {source: name for name, sources in args.lump_sources for source in sources}
+    for page in training.pages:
+        page.source = lumped.get(page.source, page.source)
     if args.load_cv:
         # Our own cache from --save-cv of an earlier run on the same data: re-score without refitting.
         with gzip.open(args.load_cv, "rb") as cached:
@@ -427,7 +432,7 @@ def run_quality(args: argparse.Namespace) -> int:
                     "id": page.id,
                     "url": page.url,
                     "html": page.html,
-                    "source": page.source,
+                    "source": lumped.get(page.source, page.source),
                     "_file": path.name.split(".")[0],
                 }
             )
@@ -456,6 +461,7 @@ def run_quality(args: argparse.Namespace) -> int:
         "config": {
             "data": [str(p) for p in args.data],
             "by": args.by,
+            "lump_sources": {name: sources for name, sources in args.lump_sources},
             "folds": args.folds,
             "seed": args.seed,
             "train_params": args.train_param,
@@ -497,6 +503,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     quality.add_argument("--data", type=Path, nargs="+", default=_default_data())
     quality.add_argument("--limit", type=int, default=None, help="pages per file")
     quality.add_argument("--by", choices=("site", "page", "source"), default="site")
+    quality.add_argument(
+        "--lump-sources",
+        action="append",
+        default=[],
+        metavar="NAME=SOURCE,SOURCE",
+        help="with --by source: these sources are one fold, NAME (repeatable)",
+    )
     quality.add_argument("--folds", type=int, default=5)
     quality.add_argument("--seed", type=int, default=0)
     quality.add_argument("--threads", type=int, default=2, help="threads per model fit")
@@ -533,6 +546,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         args.labeler_option = parse_key_values(args.labeler_option, "--labeler-option")
         args.train_param = parse_key_values(args.train_param, "--train-param")
+        lumps = [spec.partition("=") for spec in args.lump_sources]
+        if any(not name or not sources for name, _, sources in lumps):
+            parser.error("--lump-sources takes NAME=SOURCE,SOURCE")
+        args.lump_sources = [(name, sources.split(",")) for name, _, sources in lumps]
     return args.handler(args)
 
 

@@ -22,8 +22,9 @@ the versions, parameters, training data (with sha256) and the cross-validated sc
 TRAIN_EPILOG = """examples:
   # the shipped model (the bundled sample pages are held out so that the tests measure unseen pages)
   dripper train-labeler --data ../shared/data/dev.jsonl.gz ../shared/data/dev_hard.jsonl.gz \\
-      --output dripper_core/resources/cpu_labeler/model.json.gz --exclude-pages data/sample/pages.jsonl.gz \\
-      --threshold 0.4 --min-confidence 0.85
+      ../shared/data/dev_fundus.jsonl.gz --output dripper_core/resources/cpu_labeler/model.json.gz \\
+      --exclude-pages data/sample/pages.jsonl.gz --threshold 0.4 --min-confidence 0.85 --bags 1 \\
+      --workers 1 --threads 1 --no-cv
   # use it
   dripper extract --input pages.jsonl.gz --output out.jsonl --labeler cpu
 """

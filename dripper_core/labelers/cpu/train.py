@@ -305,6 +305,10 @@ class TrainParams:
         bagging_fraction: Share of blocks drawn per round (LightGBM only).
         lambda_l2: L2 regularisation of leaf values.
         max_bin: Histogram bins per feature.
+        source_balance: Pages of a larger group (source, and WCXB's page type) weigh less: each page's
+            weight is scaled by the group's page count to the power ``-source_balance`` (0: every page
+            the same; 0.5: a group weighs as the square root of its size), so that one large collection
+            of articles does not drown the rarer page types.
         char_weight: How much of a page's weight is spread by characters (the rest evenly over its
             blocks): the metric counts text, so long blocks matter more, but headings still count.
         two_stage: Train the second (context) stage.
@@ -327,6 +331,7 @@ class TrainParams:
     lambda_l2: float = 1.0
     max_bin: int = 63
     char_weight: float = 0.5
+    source_balance: float = 0.5
     two_stage: bool = True
     threads: int = 2
     backend: str = "auto"
@@ -371,13 +376,27 @@ def block_weights(page: PageExample, char_weight: float) -> np.ndarray:
 _WEIGHT_SCALE = 100.0  # about the blocks of a page: weights of order 1 keep LightGBM's hessian floors sane
 
 
+def weight_group(page: PageExample) -> str:
+    """The group whose size sets a page's weight (``source_balance``): its source, and page type if any."""
+    return f"{page.source}:{page.page_type}" if page.page_type else page.source
+
+
+def page_multipliers(pages: Sequence[PageExample], indexes: Sequence[int], balance: float) -> np.ndarray:
+    """Weight of each page of ``pages[indexes]``: its group's size to the power ``-balance``, scaled so
+    that the weights average 1 (see ``TrainParams.source_balance``)."""
+    groups = Counter(weight_group(pages[i]) for i in indexes)
+    raw = np.array([groups[weight_group(pages[i])] ** -balance for i in indexes], dtype=np.float64)
+    return raw * (len(raw) / raw.sum()) if len(raw) else raw
+
+
 def _stack(
     pages: Sequence[PageExample], indexes: Sequence[int], params: TrainParams, stage1: dict | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Training matrix, labels and weights of the text blocks of ``pages[indexes]`` (stage 2 when
     ``stage1`` maps page index → stage-1 probabilities)."""
     matrices, labels, weights = [], [], []
-    for index in indexes:
+    multipliers = page_multipliers(pages, indexes, params.source_balance)
+    for index, multiplier in zip(indexes, multipliers, strict=True):
         page = pages[index]
         keep = page.features.chars > 0
         values = page.features.values
@@ -385,7 +404,7 @@ def _stack(
             values = np.concatenate([values, context_features(page.features, stage1[index])], axis=1)
         matrices.append(values[keep])
         labels.append(page.labels[keep])
-        weights.append(block_weights(page, params.char_weight)[keep])
+        weights.append(block_weights(page, params.char_weight)[keep] * multiplier)
     return np.concatenate(matrices), np.concatenate(labels), np.concatenate(weights)
 
 

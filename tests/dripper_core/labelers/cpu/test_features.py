@@ -151,3 +151,61 @@ def test_same_features_from_the_serialised_mapping_view():
         mapping_html=page.mapping_markup(),
     )
     assert np.array_equal(page_features(stored).values, features.values)
+
+
+TEASERS = """<html><head><title>Harbour opens</title></head><body>
+<nav class="menu"><a href="/">Home</a> <a href="/news">News</a></nav>
+<main><article class="story"><h1>Harbour opens</h1>
+<div itemprop="articleBody">
+<p>The new harbour opened on Monday, after six years of work, and the first ferries docked at noon.</p>
+<p>Fishermen, traders and families came to watch, and the mayor thanked the workers by name.</p>
+<p>The old quay, built in 1890, will become a museum; its cranes stay where they stood.</p>
+</div></article>
+<section class="related">{cards}</section>
+<section class="comments">
+<div class="comment"><p>Finally, after all these years of waiting, we have a harbour again in town.</p>
+<div class="comment"><p>Agreed, although the parking near the quay is still far too small for the crowds.</p></div></div>
+</section></main></body></html>"""
+CARD = (
+    '<div class="card"><h3><a href="/s{n}">Another story about the coast, number {n}</a></h3>'
+    "<p>A short teaser line of the story.</p></div>"
+)
+
+
+def test_structure_features_see_cards_comments_and_the_article_body():
+    page = simplify_html(TEASERS.format(cards="".join(CARD.format(n=n) for n in range(5))), "teasers")
+    values = page_features(page).values
+    article = _block(page, "The new harbour")
+    card = _block(page, "Another story about the coast, number 2")
+    reply = _block(page, "Agreed")
+    first_comment = _block(page, "Finally")
+    # schema.org body markup, and the page marks one
+    assert values[article, _column("item_body")] == 1.0 and values[card, _column("item_body")] == 0.0
+    assert (values[:, _column("page_has_item_body")] == 1.0).all()
+    # five sibling cards of one template; the article's paragraphs are three of one template
+    assert values[card, _column("repeat_max_log")] == pytest.approx(np.log(5))
+    assert values[card, _column("link_title")] == 1.0 and values[article, _column("link_title")] == 0.0
+    assert values[card, _column("c2_link_titles")] == pytest.approx(np.log1p(5))  # the cards' section
+    assert values[article, _column("c2_link_titles")] == 0.0
+    # a reply nests one comment template inside another
+    assert values[reply, _column("nested_repeats")] >= 1 > values[first_comment, _column("nested_repeats")]
+    # the Readability-style candidate is the article body; the cards lie past its end
+    assert values[article, _column("in_candidate")] > 0 and values[card, _column("in_candidate")] == 0
+    assert values[card, _column("after_candidate")] > 0 == values[article, _column("after_candidate")]
+    assert 0 < values[article, _column("candidate_text_share")] < 1
+
+
+def test_context_features_place_blocks_against_the_main_run():
+    page = simplify_html(TEASERS.format(cards=CARD.format(n=1)), "teasers")
+    features = page_features(page)
+    article = [_block(page, start) for start in ("The new harbour", "Fishermen", "The old quay")]
+    assert min(article) > 0
+    p = np.zeros(page.n_blocks)
+    p[article] = 0.9
+    context = context_features(features, p)
+    before = context[:, CONTEXT_FEATURE_NAMES.index("main_before")]
+    after = context[:, CONTEXT_FEATURE_NAMES.index("main_after")]
+    assert np.all(np.diff(before) >= 0) and np.all(np.diff(after) <= 0)
+    last = page.n_blocks - 1
+    assert before[last] == pytest.approx(1.0) and after[last] == 0.0
+    assert before[0] == 0.0 and after[0] == pytest.approx(1.0)

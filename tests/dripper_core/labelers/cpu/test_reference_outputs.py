@@ -1,8 +1,8 @@
-"""The fast CPU labeler path gives what the per-block path gave, page for page.
+"""The CPU labeler gives, page for page, what the shipped model gave when it was trained.
 
-``reference_sample.jsonl.gz`` was written by ``bench/cpu_labeler.py reference --write`` from the code
-before the labeler was vectorised (features per block in Python, the trees walked over the stored node
-arrays, the whole mapping view walked for ``<br>`` recall), on the bundled sample: per page, hashes of the
+``reference_sample.jsonl.gz`` was written by ``bench/cpu_labeler.py reference --write`` with the shipped
+model (rewritten whenever a new model is shipped; first written by the per-block code before the labeler
+was vectorised, which the fast path matched exactly), on the bundled sample: per page, hashes of the
 feature matrix and of the float64 probabilities, the labels and confidences, and hashes of the Markdown
 and main HTML. Any change to them is a change of behaviour, not of speed. (The same check on dev and
 dev_hard: ``bench/cpu_labeler.py reference --check``, with a file written by the earlier code.)
@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dripper_core.labelers.cpu.features import _class_counts
 from dripper_core.labelers.cpu.model import TreeEnsemble
+from dripper_core.labelers.cpu.text_stats import class_counts
 from dripper_core.labelers.cpu.train import iter_records
 
 REPO = Path(__file__).resolve().parents[4]
@@ -91,7 +91,7 @@ def test_character_classes_match_the_utf8_byte_classes():
         "한국어 텍스트 ｜ カタカナ • 😀 emoji \ud800 lone surrogate",
         "",
     ]
-    counts = _class_counts(texts)
+    counts = class_counts(texts)
     for text, row in zip(texts, counts, strict=True):
         assert row[1:].tolist() == _utf8_class_counts(text), text
         assert row.sum() == len(text)

@@ -109,3 +109,17 @@ def test_train_labeler_command_rejects_bad_input(tmp_path):
     assert args.handler(args) == 2
     args = parser.parse_args(["train-labeler", "--data", str(SAMPLE), "--output", "x", "--threshold", "1.5"])
     assert args.handler(args) == 2
+
+
+def test_page_multipliers_balance_groups():
+    from dripper_core.labelers.cpu.train import page_multipliers
+
+    pages = [_fake(f"a{i}", "big", f"s{i}", 3) for i in range(16)] + [_fake("b", "small", "t", 3)]
+    pages[0].page_type = "forum"  # its own group: source and page type
+    indexes = list(range(len(pages)))
+    weights = page_multipliers(pages, indexes, 0.5)
+    assert weights.mean() == pytest.approx(1.0)
+    # 15 pages of "big", one "big:forum", one "small": a page weighs 1/sqrt(its group's size)
+    assert weights[1] / weights[16] == pytest.approx(1 / np.sqrt(15))
+    assert weights[0] == pytest.approx(weights[16])
+    assert np.allclose(page_multipliers(pages, indexes, 0.0), 1.0)
