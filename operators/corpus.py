@@ -9,6 +9,10 @@ from typing import Any
 
 from airflow.sdk.exceptions import AirflowSkipException
 
+from dripper_core.config.extract import ExtractStageConfig
+from dripper_core.config.refine import RefineStageConfig
+from dripper_core.config.simplify import SimplifyStageConfig
+from dripper_core.config.tokenize import TokenizeStageConfig
 from operators.base import (
     BUILD_SUMMARY_FILE,
     SELECTION_FILE,
@@ -20,6 +24,10 @@ from operators.base import (
 )
 from operators.hooks import RunStorageHook, extractor_key
 from operators.storage import input_storage_options
+
+# The stage configs' defaults (one default per field: dripper_core.config).
+_SIMPLIFY, _EXTRACT = SimplifyStageConfig(), ExtractStageConfig()
+_REFINE, _TOKENIZE = RefineStageConfig(), TokenizeStageConfig()
 
 
 class SimplifyBatchOperator(DaskStageOperator):
@@ -35,14 +43,26 @@ class SimplifyBatchOperator(DaskStageOperator):
         "batch",
         "dask_scheduler",
         "dask_workers",
+        "max_payload_bytes",
+        "max_page_bytes",
         "force",
         "aws_conn_id",
     )
 
-    def __init__(self, *, batch: Any, selection_root: str | None = None, **kwargs):
+    def __init__(
+        self,
+        *,
+        batch: Any,
+        selection_root: str | None = None,
+        max_payload_bytes: Any = _SIMPLIFY.max_payload_bytes,
+        max_page_bytes: Any = _SIMPLIFY.max_page_bytes,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         self.batch = batch
         self.selection_root = selection_root
+        self.max_payload_bytes = max_payload_bytes
+        self.max_page_bytes = max_page_bytes
 
     def execute(self, context: Any) -> dict[str, Any]:
         from dripper_core.io.storage import join_path
@@ -56,7 +76,11 @@ class SimplifyBatchOperator(DaskStageOperator):
         if plan is None:
             raise FileNotFoundError(f"{root}/{SELECTION_FILE} is missing: run select_warcs first")
         first, count = int(self.batch["first_shard"]), int(self.batch["shards"])
-        options = SimplifyStageOptions(warcs_per_shard=plan.get("warcs_per_shard", 1))
+        options = SimplifyStageOptions(
+            warcs_per_shard=plan.get("warcs_per_shard", 1),
+            max_payload_bytes=int(self.max_payload_bytes),
+            max_page_bytes=int(self.max_page_bytes),
+        )
         storage_options = hook.storage_options
         inputs = input_storage_options(plan["warc_files"][0], self.aws_conn_id)
         stage_dir = join_path(root, SIMPLIFIED_STAGE)
@@ -175,9 +199,9 @@ class ExtractOperator(DaskStageOperator):
         output_root: str | None = None,
         labeler_model: Any = None,
         labeler_options: Any = None,
-        fallback: Any = "trafilatura",
-        fallback_on_empty: Any = False,
-        batch_size: Any = 64,
+        fallback: Any = _EXTRACT.fallback,
+        fallback_on_empty: Any = _EXTRACT.fallback_on_empty,
+        batch_size: Any = _EXTRACT.batch_size,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -264,10 +288,10 @@ class RefineOperator(StorageOperator):
         self,
         *,
         root: str,
-        steps: Any = None,
-        tasks: Any = 4,
-        workers: Any = -1,
-        options: Any = None,
+        steps: Any = tuple(_REFINE.steps),
+        tasks: Any = _REFINE.tasks,
+        workers: Any = _REFINE.workers,
+        options: Any = None,  # more RefineConfig fields
         force: Any = False,
         **kwargs,
     ):
@@ -335,7 +359,13 @@ class TokenizeOperator(StorageOperator):
     template_fields: Sequence[str] = ("root", "tokenizer", "eos_token", "force", "aws_conn_id")
 
     def __init__(
-        self, *, root: str, tokenizer: Any, eos_token: Any = "<|endoftext|>", force: Any = False, **kwargs
+        self,
+        *,
+        root: str,
+        tokenizer: Any,
+        eos_token: Any = _TOKENIZE.eos_token,
+        force: Any = False,
+        **kwargs,
     ):
         super().__init__(**kwargs)
         self.root = root

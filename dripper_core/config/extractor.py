@@ -26,6 +26,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from dripper_core.config.extract import DEFAULT_FALLBACK
+
 __all__ = [
     "ANSWER_FORMATS",
     "LM_LABELERS",
@@ -70,7 +72,7 @@ class ExtractorSpec(BaseModel):
     labeler: str = Field(pattern=LABELER_PATTERN, description="Registered labeler or module:factory")
     options: dict[str, Any] = Field(default_factory=dict, description="The labeler's keyword options")
     fallback: Literal["trafilatura", "empty"] | None = Field(
-        "trafilatura", description="Extractor for pages the labeler cannot label (none: leave them empty)"
+        DEFAULT_FALLBACK, description="Extractor for pages the labeler cannot label (none: leave them empty)"
     )
     fallback_on_empty: bool = Field(False, description="Also fall back when no block is labelled main")
 
@@ -122,7 +124,7 @@ class ExtractorSpec(BaseModel):
         }
         options = ", ".join(f"{key}={value}" for key, value in shown.items())
         text = self.labeler + (f" ({options})" if options else "")
-        if self.fallback != "trafilatura":
+        if self.fallback != DEFAULT_FALLBACK:
             text += f", fallback {self.fallback or 'none'}"
         if self.fallback_on_empty:
             text += ", fallback on empty"

@@ -40,6 +40,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from dripper_core.config.extract import ExtractStageConfig
 from dripper_core.io.storage import filesystem_for, join_path
 from dripper_core.labelers.base import DEFAULT_LABELER, BlockLabeler
 from dripper_core.stages.runner import (
@@ -85,9 +86,9 @@ class ExtractStageOptions:
         compression: Parquet codec.
     """
 
-    batch_size: int = 64
-    fallback: str | None = "trafilatura"
-    fallback_on_empty: bool = False
+    batch_size: int = ExtractStageConfig.default("batch_size")
+    fallback: str | None = ExtractStageConfig.default("fallback")
+    fallback_on_empty: bool = ExtractStageConfig.default("fallback_on_empty")
     compression: str = "zstd"
 
     def __post_init__(self) -> None:
@@ -471,7 +472,7 @@ def extract_with_spec(
     spec: Any,
     output_root: str | None = None,
     *,
-    batch_size: int = 64,
+    batch_size: int = ExtractStageConfig.default("batch_size"),
     storage_options: dict[str, Any] | None = None,
     force: bool = False,
     **stage_options: Any,

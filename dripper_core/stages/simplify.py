@@ -49,8 +49,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from dripper_core.config.simplify import SimplifyStageConfig
 from dripper_core.io.storage import filesystem_for, is_local, join_path, open_url
-from dripper_core.io.warc import DEFAULT_MAX_PAYLOAD_BYTES, WarcReadStats, iter_warc_pages
+from dripper_core.io.warc import WarcReadStats, iter_warc_pages
 from dripper_core.simplify import SimplifyOptions
 from dripper_core.stages.runner import (
     ShardTask,
@@ -95,9 +96,9 @@ class SimplifyStageOptions:
         compression: Parquet codec.
     """
 
-    warcs_per_shard: int = 1
-    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
-    max_page_bytes: int = 20_000_000
+    warcs_per_shard: int = SimplifyStageConfig.default("warcs_per_shard")
+    max_payload_bytes: int = SimplifyStageConfig.default("max_payload_bytes")
+    max_page_bytes: int = SimplifyStageConfig.default("max_page_bytes")
     simplify: SimplifyOptions = field(default_factory=SimplifyOptions)
     prompt_version: str = "short_compact"
     rows_per_group: int = 256

@@ -32,7 +32,7 @@ def test_corpus_build_end_to_end_then_resumes(airflow_db, corpus_build, tokenize
         "seed": 0,
         "labeler": "trafilatura",
         "storage_root": str(tmp_path / "runs"),
-        "dask_workers": 0,
+        "simplify_workers": 0,
         "extract_workers": 0,
         "refine_tasks": 2,
         "refine_workers": 1,
@@ -106,7 +106,7 @@ def test_the_cli_and_the_dag_continue_each_others_runs(
         "seed": 0,
         "labeler": "trafilatura",
         "storage_root": str(storage),
-        "dask_workers": 0,
+        "simplify_workers": 0,
         "extract_workers": 0,
         "refine_tasks": 1,
         "refine_workers": 1,
@@ -160,7 +160,7 @@ def test_corpus_build_with_the_vllm_labeler_on_the_default_workers(airflow_db, c
             "gpu_memory_utilization": 0.2,
         },  # fmt: skip
         "storage_root": str(tmp_path / "runs"),
-        "dask_workers": 0,
+        "simplify_workers": 0,
         "refine_tasks": 1,
         "refine_workers": 1,
     }

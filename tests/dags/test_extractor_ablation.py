@@ -56,15 +56,15 @@ def _conf(tmp_path: Path, tokenizer: str, extractors: list[str], crawl: Path | N
         "warcs_per_task": 1,
         "extractors": extractors,
         "storage_root": str(tmp_path / "runs"),
-        "dask_workers": 0,
+        "simplify_workers": 0,
         # extract_workers keeps its default (1): each extract task's labeler lives in a Dask worker process.
         "refine_tasks": 1,
         "refine_workers": 1,
         "tokenizer": tokenizer,
         "train_steps": 4,
         "eval_every": 2,
-        "benchmark_limit": 3,
-        "ablation_name": "test",
+        "report_labelled_limit": 3,
+        "report_name": "test",
         **more,
     }
 
