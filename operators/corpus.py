@@ -65,9 +65,8 @@ class SimplifyBatchOperator(DaskStageOperator):
         self.max_page_bytes = max_page_bytes
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from dripper_core.io.storage import join_path
-        from dripper_core.stages.runner import ShardTask, StageError, StageReport, run_shard_tasks
-        from dripper_core.stages.simplify import SIMPLIFIED_STAGE, SimplifyStageOptions, simplify_shard
+        from dripper_core.stages.runner import StageError, StageReport
+        from dripper_core.stages.simplify import SIMPLIFIED_STAGE, SimplifyStageOptions, simplify_shards
 
         started = time.perf_counter()
         root = self.selection_root or self.batch["selection_root"]
@@ -81,31 +80,19 @@ class SimplifyBatchOperator(DaskStageOperator):
             max_payload_bytes=int(self.max_payload_bytes),
             max_page_bytes=int(self.max_page_bytes),
         )
-        storage_options = hook.storage_options
+        shards = list(enumerate(plan["shards"][first : first + count], start=first))
         inputs = input_storage_options(plan["warc_files"][0], self.aws_conn_id)
-        stage_dir = join_path(root, SIMPLIFIED_STAGE)
-        force = bool(self.force)
-        tasks = [
-            ShardTask(
-                index,
-                simplify_shard,
-                (root, index, files, options, storage_options, inputs, force),
-                stage_dir=stage_dir,
-                marker_extra={"inputs": files},
-                storage_options=storage_options,
-            )
-            for index, files in enumerate(plan["shards"][first : first + count], start=first)
-        ]
         with spawn_without_airflow_main():
-            results, failures = run_shard_tasks(
-                SIMPLIFIED_STAGE, tasks, progress=False, force=force, **self.dask_arguments()
-            )
+            results, failures = simplify_shards(
+                root, shards, options, hook.storage_options, inputs, force=bool(self.force), progress=False,
+                **self.dask_arguments(),
+            )  # fmt: skip
         if failures:
-            report = StageReport(SIMPLIFIED_STAGE, root, len(tasks), failed=failures)
+            report = StageReport(SIMPLIFIED_STAGE, root, len(shards), failed=failures)
             raise StageError(report)
         return {
             "batch": int(self.batch["batch"]),
-            "shards": len(tasks),
+            "shards": len(shards),
             "written": sum(r.status == "written" for r in results),
             "skipped": sum(r.status == "skipped" for r in results),
             "pages_in": sum(r.stats.rows_in for r in results),

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.dags import DAGS_DIR, SAMPLE, dag_run_xcoms, small_crawl
+from tests.dags import DAGS_DIR, SAMPLE, dag_run_xcoms, small_crawl, task_seconds
 
 pytestmark = pytest.mark.slow
 
@@ -112,6 +112,7 @@ def test_ablation_with_two_lm_specs_runs_to_a_report_that_reads_back(
     names = ["cpu", "trafilatura", "qwen-a", "qwen-b"]
     extractors = ["cpu", "trafilatura", _vllm_spec("qwen-a"), _vllm_spec("qwen-b", ",fallback_on_empty=true")]
     run = ablation.test(run_conf=_conf(tmp_path, tokenizer_dir, extractors, crawl))
+    print("task times:", task_seconds(run))
     states = {(ti.task_id, ti.map_index): ti.state for ti in run.get_task_instances()}
     assert run.state == "success", states
     xcoms = dag_run_xcoms(run)
