@@ -462,7 +462,7 @@ def run_simplify_stage(args: argparse.Namespace) -> int:
 
 def run_extract_stage(args: argparse.Namespace) -> int:
     from dripper_core.config.extract import ExtractStageConfig
-    from dripper_core.config.extractor import parse_extractor
+    from dripper_core.config.extractor import labeler_spec, parse_extractor
     from dripper_core.stages.extract import extract_with_spec
 
     progress = _configure_run_logging(args.quiet)
@@ -471,15 +471,8 @@ def run_extract_stage(args: argparse.Namespace) -> int:
     if args.extractor:
         spec = parse_extractor(args.extractor)
     else:
-        spec = parse_extractor(
-            {
-                "name": args.labeler.replace(":", "-"),
-                "labeler": args.labeler,
-                "options": parse_key_values(args.labeler_option, "--labeler-option"),
-                "fallback": stage.fallback,
-                "fallback_on_empty": stage.fallback_on_empty,
-            }
-        )
+        options = parse_key_values(args.labeler_option, "--labeler-option")
+        spec = labeler_spec(args.labeler, options, stage.fallback, stage.fallback_on_empty)
     report = extract_with_spec(
         args.input,
         spec,

@@ -22,7 +22,7 @@ from operators.base import (
     stage_report_dict,
     utc_now,
 )
-from operators.hooks import RunStorageHook, extractor_key
+from operators.hooks import RunStorageHook
 from operators.storage import input_storage_options
 
 # The stage configs' defaults (one default per field: dripper_core.config).
@@ -155,7 +155,7 @@ class ExtractOperator(DaskStageOperator):
 
     The extractor is ``extractor`` (a spec: ``dripper_core.config.extractor``, as a dict or its shorthand
     ``NAME=LABELER,key=value``), or else built from ``labeler``, ``labeler_model``, ``labeler_options``,
-    ``fallback`` and ``fallback_on_empty`` with a name derived from them (``extractor_key``). Its folder,
+    ``fallback`` and ``fallback_on_empty`` with a name derived from them (``labeler_spec``, as ``dripper run extract`` names it). Its folder,
     unless ``output_root`` is given, is ``{input_root}/extractors/{name}``; the spec is recorded there and
     a folder holding another spec is refused (unless ``force``). Returns the stage report (counts,
     fallbacks by reason), ``output_root``, the extractor's name, labeler and spec.
@@ -206,22 +206,13 @@ class ExtractOperator(DaskStageOperator):
 
     def spec(self) -> Any:
         """The extractor spec this task runs (validated; errors name the extractor and the field)."""
-        from dripper_core.config.extractor import check_labeler_options, parse_extractor
+        from dripper_core.config.extractor import check_labeler_options, labeler_spec, parse_extractor
 
         if self.extractor:
             spec = parse_extractor(self.extractor)
         else:
-            fallback = None if self.fallback in (None, "", "none") else str(self.fallback)
             options = labeler_options_with_model(self.labeler_options, self.labeler_model)
-            spec = parse_extractor(
-                {
-                    "name": extractor_key(str(self.labeler), options, fallback, bool(self.fallback_on_empty)),
-                    "labeler": str(self.labeler),
-                    "options": options,
-                    "fallback": fallback,
-                    "fallback_on_empty": bool(self.fallback_on_empty),
-                }
-            )
+            spec = labeler_spec(str(self.labeler), options, self.fallback, bool(self.fallback_on_empty))
         check_labeler_options([spec])
         return spec
 

@@ -18,7 +18,9 @@ labeler registry (in a task or a CLI, not at DAG parse time). Every error names 
 from __future__ import annotations
 
 import difflib
+import hashlib
 import json
+import posixpath
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -30,6 +32,7 @@ from dripper_core.config.extract import DEFAULT_FALLBACK
 
 __all__ = [
     "ANSWER_FORMATS",
+    "labeler_spec",
     "LM_LABELERS",
     "ExtractorSpec",
     "ExtractorSpecError",
@@ -263,3 +266,48 @@ def check_labeler_options(specs: Sequence[ExtractorSpec]) -> None:
                     f"extractor {spec.name!r}: options.{option}: the {spec.labeler} labeler takes no option "
                     f"{option!r} (it takes {', '.join(parameters)}){hint}"
                 )
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def _slug(text: str, limit: int = 48) -> str:
+    return _UNSAFE.sub("-", str(text)).strip("-.")[:limit] or "x"
+
+
+def labeler_spec(
+    labeler: str,
+    options: Mapping[str, Any] | None = None,
+    fallback: str | None = DEFAULT_FALLBACK,
+    fallback_on_empty: bool = False,
+) -> ExtractorSpec:
+    """The spec of a labeler given by its fields (``corpus_build``'s form, ``dripper run extract --labeler``),
+    named so that the CLI and the DAG put the same configuration in the same folder and two configurations
+    never share one: ``trafilatura``; ``vllm-MinerU-HTML-1a2b3c`` (the model's last path part and a short
+    hash of the options); ``-nofallback`` / ``-fb-empty`` when the fallback is not the default; ``-onempty``
+    with ``fallback_on_empty``.
+    """
+    fallback = None if fallback in (None, "", "none") else str(fallback)
+    rest = dict(options or {})
+    parts = [_slug(labeler.replace(":", "-"))]
+    model = rest.pop("model", None)
+    if model:
+        parts.append(_slug(posixpath.basename(str(model).rstrip("/")) or str(model)))
+    if fallback is None:
+        parts.append("nofallback")
+    elif fallback != DEFAULT_FALLBACK:
+        parts.append(f"fb-{_slug(fallback)}")
+    if fallback_on_empty:
+        parts.append("onempty")
+    if rest or model:
+        digest = json.dumps({"model": model, **rest}, sort_keys=True, default=str)
+        parts.append(hashlib.sha256(digest.encode()).hexdigest()[:6])
+    return parse_extractor(
+        {
+            "name": "-".join(parts)[:64],
+            "labeler": labeler,
+            "options": dict(options or {}),
+            "fallback": fallback,
+            "fallback_on_empty": bool(fallback_on_empty),
+        }
+    )

@@ -120,3 +120,23 @@ def test_the_module_is_light_enough_for_dag_files():
         ).stdout.strip()
         == "[]"
     )
+
+
+def test_a_labeler_given_by_its_fields_is_named_the_same_by_the_cli_and_the_dag():
+    """``dripper run extract --labeler …`` and corpus_build's labeler fields name the same configuration's
+    folder alike (``labeler_spec``), so either continues the other's run; other options, another folder."""
+    from dripper_core.config.extractor import labeler_spec
+    from operators.hooks import extractor_key
+
+    assert labeler_spec("cpu").name == "cpu" and labeler_spec("cpu").fallback == "trafilatura"
+    assert labeler_spec("cpu", fallback="none").name == "cpu-nofallback"
+    assert labeler_spec("cpu", fallback="empty", fallback_on_empty=True).name == "cpu-fb-empty-onempty"
+    vllm = labeler_spec("vllm", {"model": "/models/MinerU-HTML/", "answer_format": "json"})
+    assert vllm.name.startswith("vllm-MinerU-HTML-") and vllm.options["answer_format"] == "json"
+    assert vllm.name != labeler_spec("vllm", {"model": "/models/MinerU-HTML/"}).name
+    for fields in [
+        ("cpu",),
+        ("trafilatura", {}, None),
+        ("vllm", {"model": "/m/x", "max_model_len": 8}, "empty"),
+    ]:
+        assert extractor_key(*fields) == labeler_spec(*fields).name
