@@ -67,6 +67,7 @@ class ExtractorSpec(BaseModel):
             ``max_model_len``, engine options).
         fallback: Extractor for pages the labeler cannot label (``None``: leave them empty).
         fallback_on_empty: Also fall back when no block is labelled main content.
+        gpu: Whether its extract tasks need a GPU worker (``None``: by the labeler, see :attr:`needs_gpu`).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -78,6 +79,9 @@ class ExtractorSpec(BaseModel):
         DEFAULT_FALLBACK, description="Extractor for pages the labeler cannot label (none: leave them empty)"
     )
     fallback_on_empty: bool = Field(False, description="Also fall back when no block is labelled main")
+    gpu: bool | None = Field(
+        None, description="Its extract tasks need a GPU worker (empty: vllm, and torch unless on cpu)"
+    )
 
     @field_validator("fallback", mode="before")
     @classmethod
@@ -112,7 +116,10 @@ class ExtractorSpec(BaseModel):
 
     @property
     def needs_gpu(self) -> bool:
-        """Whether its extract tasks belong on a GPU worker (an LM engine in the worker: vllm, torch on CUDA)."""
+        """Whether its extract tasks belong on a GPU worker (an LM engine in the worker: vllm, torch on CUDA;
+        ``gpu`` says so for any labeler, a ``module:factory`` one included)."""
+        if self.gpu is not None:
+            return self.gpu
         if self.labeler == "vllm":
             return True
         return self.labeler == "torch" and str(self.options.get("device", "auto")) != "cpu"
@@ -166,7 +173,7 @@ def _from_text(text: str) -> dict[str, Any]:
                 "(form: NAME=LABELER,key=value,…, e.g. qwen=vllm,model=/models/MinerU-HTML)"
             )
         key = key.strip()
-        if key in ("fallback", "fallback_on_empty"):
+        if key in ("fallback", "fallback_on_empty", "gpu"):
             entry[key] = _value(value.strip())
         else:
             entry["options"][key] = _value(value.strip())
