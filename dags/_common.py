@@ -1,8 +1,8 @@
 """What the DAG files share: assets, deployment defaults, operator arguments rendered from params, and the
 head of every corpus build (select → simplify → record). The params forms are ``_params``'s.
 
-Imported by the DAG processor on every parse: only the standard library, ``airflow.sdk`` and the thin
-``operators`` package here.
+Imported by the DAG processor on every parse: only the standard library, ``airflow.sdk``, the stage
+configs (``dripper_core.config``: pydantic) and the thin ``operators`` package here.
 
 Deployment defaults come from the environment (the names ``docker/compose.yaml`` passes):
 
@@ -14,7 +14,8 @@ Deployment defaults come from the environment (the names ``docker/compose.yaml``
 ``DRIPPER_CRAWL_ID``        the crawl the trigger form proposes
 ``DRIPPER_LABELER``         the labeler the trigger form proposes (``cpu`` unless set)
 ``DRIPPER_TOKENIZER``       a local ``tokenizer.json`` (or its folder) for the tokenize task
-``DRIPPER_DASK_WORKERS``    simplify's LocalCluster worker processes when no scheduler is set (``2``)
+``DRIPPER_DASK_WORKERS``    simplify's LocalCluster worker processes when no scheduler is set (one per core)
+``DRIPPER_WARC_COUNT``      WARC files a build takes when the form (or a new-crawl event) names none
 ``DRIPPER_EXTRACT_WORKERS`` extract's LocalCluster worker processes, one labeler each (``1``)
 ``DRIPPER_BENCHMARK_DATA``  labelled pages for ``extraction_benchmark`` (the bundled sample by default)
 ``DRIPPER_EVAL_SUITE``      the benchmark suite the ablation form proposes (``local``, offline, unless set)
@@ -29,6 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from airflow.sdk import Asset
+
+from dripper_core.config.extract import ExtractStageConfig
+from dripper_core.config.refine import RefineStageConfig
+from dripper_core.config.simplify import SimplifyStageConfig
+from dripper_core.config.tokenize import TokenizeStageConfig
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 COLLINFO_URL = "https://index.commoncrawl.org/collinfo.json"
@@ -74,10 +80,19 @@ def templated(*names: str, **renamed: str) -> dict[str, str]:
     return {argument: "{{ params." + param + " }}" for argument, param in pairs.items()}
 
 
+def stage_templates(config: Any, *names: str, **renamed: str) -> dict[str, str]:
+    """Operator arguments rendered from a stage config's form fields (all, or ``names``): the argument is
+    the field's name, or ``renamed``'s (``stage_templates(ExtractStageConfig, workers="dask_workers")``)."""
+    fields = names or tuple(config.form_field_names())
+    return {renamed.get(name, name): "{{ params." + config.form_name(name) + " }}" for name in fields}
+
+
 #: Where a task's storage root is and which connection reaches it.
 STORAGE = templated("storage_root", "aws_conn_id")
 #: The Dask arguments of the simplify tasks.
-DASK = templated("dask_scheduler", "dask_workers", "force")
+DASK = templated("dask_scheduler", "force") | stage_templates(
+    SimplifyStageConfig, "workers", "max_payload_bytes", "max_page_bytes", workers="dask_workers"
+)
 
 
 def simplified_selection(from_asset_event: bool = True) -> tuple[Any, Any, str]:
@@ -87,8 +102,15 @@ def simplified_selection(from_asset_event: bool = True) -> tuple[Any, Any, str]:
 
     select = SelectWarcsOperator(
         task_id="select_warcs",
-        **templated(
-            "crawl_id", "crawl_base", "seed", "warcs_per_task", count="warc_count", fraction="warc_fraction"
+        **templated("crawl_id", "crawl_base", "warcs_per_task"),
+        **stage_templates(
+            SimplifyStageConfig,
+            "warc_count",
+            "warc_fraction",
+            "seed",
+            "warcs_per_shard",
+            warc_count="count",
+            warc_fraction="fraction",
         ),
         from_asset_event=from_asset_event,
         **STORAGE,
@@ -106,26 +128,11 @@ def simplified_selection(from_asset_event: bool = True) -> tuple[Any, Any, str]:
 
 #: The extract task's arguments every corpus build shares (the labeler is the DAG's).
 EXTRACT = (
-    templated(
-        "fallback",
-        "fallback_on_empty",
-        "dask_scheduler",
-        "force",
-        batch_size="extract_batch_size",
-        dask_workers="extract_workers",
-    )
+    templated("dask_scheduler", "force")
+    | stage_templates(ExtractStageConfig, workers="dask_workers")
     | STORAGE
 )
 #: The refine task's arguments from the refinement params.
-REFINE = (
-    templated(
-        "force",
-        steps="refine_steps",
-        tasks="refine_tasks",
-        workers="refine_workers",
-        options="refine_options",
-    )
-    | STORAGE
-)
+REFINE = templated("force") | stage_templates(RefineStageConfig) | STORAGE
 #: The tokenize task's arguments.
-TOKENIZE = templated("tokenizer", "force") | STORAGE
+TOKENIZE = templated("force") | stage_templates(TokenizeStageConfig) | STORAGE

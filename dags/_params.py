@@ -1,31 +1,29 @@
-"""The DAGs' trigger forms: every field is defined once here, and each DAG's form is put together from the
-groups it needs (``corpus_build_params()``, ``extractor_ablation_params()``, …).
+"""The DAGs' trigger forms, put together from the groups each DAG needs (``corpus_build_params()``,
+``extractor_ablation_params()``, …).
 
-Fields are grouped into the form's sections. Defaults come from the environment (``_common``'s table).
-Imported by the DAG processor on every parse: only the standard library and ``airflow.sdk`` here.
+A stage's fields come from its config (``dripper_core.config.{simplify,extract,refine,tokenize,pretrain,
+evaluate,report}``: name, type, default, description, constraints), so the form, ``dripper run STAGE`` and
+the Python API cannot drift apart; only the fields no stage has (the crawl, the labeler or extractors, the
+storage root, the Dask scheduler) are written here. Imported by the DAG processor on every parse: the
+standard library, pydantic and ``airflow.sdk`` only.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from _common import COLLINFO_URL, REPO_ROOT, default_storage_root, env
+from _common import COLLINFO_URL, default_storage_root, env
 from airflow.sdk import Param
 
-#: Refinement step names (``dripper_core.refine.steps``; a test keeps these in sync). ``tokenize`` is its
-#: own task here, so it is not a refinement switch.
-REFINE_STEPS = (
-    "url_dedup",
-    "language",
-    "gopher_repetition",
-    "gopher_quality",
-    "c4_quality",
-    "fineweb_quality",
-    "minhash",
-    "pii",
-)
-DEFAULT_REFINE_STEPS = REFINE_STEPS[1:]  # all but url_dedup
-FALLBACKS = ("trafilatura", "empty", "none")
+from dripper_core.config.evaluate import EvaluateStageConfig
+from dripper_core.config.extract import ExtractStageConfig
+from dripper_core.config.pretrain import PretrainStageConfig
+from dripper_core.config.refine import RefineStageConfig
+from dripper_core.config.report import ReportStageConfig
+from dripper_core.config.settings import StageConfig
+from dripper_core.config.simplify import SimplifyStageConfig
+from dripper_core.config.tokenize import TokenizeStageConfig
+
 #: ``dripper_core.labelers.base.DEFAULT_LABELER`` (a test keeps these in sync).
 DEFAULT_LABELER = "cpu"
 KNOWN_LABELERS = ("cpu", "trafilatura", "vllm", "openai", "torch", "oracle")
@@ -69,22 +67,7 @@ def extractor_ablation_params() -> dict[str, Param]:
         **extract_task_params(),
         **refinement_params(tokenizer_required=True),
         **training_params(),
-        "benchmark_data": benchmark_data_param(
-            title="Labelled pages",
-            description="Pages with ground truth for the extraction-quality section of the report.",
-            section=TRAINING,
-        ),
-        "benchmark_limit": Param(
-            None,
-            type=["null", "integer"],
-            minimum=1,
-            title="Labelled pages per file",
-            description="Score at most this many labelled pages per file (empty: all).",
-            section=TRAINING,
-        ),
-        "ablation_name": _name_param(
-            "Ablation name", "Folder of this ablation's report under the selection", TRAINING
-        ),
+        **stage_params(ReportStageConfig),
         **storage_params(),
         **compute_params(),
     }
@@ -173,7 +156,7 @@ def storage_params() -> dict[str, Param]:
 
 
 def compute_params() -> dict[str, Param]:
-    """The Dask cluster that runs the page-level stages."""
+    """The Dask cluster that runs the page-level stages, and the simplify stage's own limits."""
     return {
         "dask_scheduler": Param(
             env("DRIPPER_DASK_SCHEDULER"),
@@ -183,11 +166,8 @@ def compute_params() -> dict[str, Param]:
             description="tcp://host:8786 of a running cluster; empty: a LocalCluster inside each task.",
             section=STORAGE,
         ),
-        "dask_workers": _workers_param(
-            env("DRIPPER_DASK_WORKERS", 2),
-            "LocalCluster workers",
-            "Worker processes of the simplify tasks' LocalCluster when no scheduler is given",
-            STORAGE,
+        **stage_params(
+            SimplifyStageConfig, "workers", "max_payload_bytes", "max_page_bytes", section=STORAGE
         ),
         "force": Param(
             False,
@@ -212,7 +192,7 @@ def crawl_base_param(section: str | None = None) -> Param:
 
 
 def selection_params() -> dict[str, Param]:
-    """Which crawl and which of its WARC files."""
+    """Which crawl, and which of its WARC files (the simplify stage's selection fields)."""
     return {
         "crawl_id": Param(
             env("DRIPPER_CRAWL_ID", "CC-MAIN-2025-13"),
@@ -224,40 +204,13 @@ def selection_params() -> dict[str, Param]:
             section=SELECTION,
         ),
         "crawl_base": crawl_base_param(SELECTION),
-        "warc_count": Param(
-            2,
-            type=["null", "integer"],
-            minimum=1,
-            title="Number of WARC files",
-            description="How many WARC files to take (about 1 GB and 30-50k pages each). Empty: use the "
-            "fraction.",
-            section=SELECTION,
-        ),
-        "warc_fraction": Param(
-            None,
-            type=["null", "number"],
-            exclusiveMinimum=0,
-            maximum=1,
-            title="Fraction of WARC files",
-            description="Or which share of the crawl's files to take (leave the number empty). Both empty: "
-            "every file.",
-            section=SELECTION,
-        ),
-        "seed": Param(
-            0,
-            type="integer",
-            minimum=0,
-            title="Seed",
-            description="Selection seed: the same seed picks the same files; a larger count keeps the "
-            "smaller selection as its prefix.",
-            section=SELECTION,
-        ),
+        **stage_params(SimplifyStageConfig, "warc_count", "warc_fraction", "seed", "warcs_per_shard"),
         "warcs_per_task": Param(
             2,
             type="integer",
             minimum=1,
             title="WARC files per simplify task",
-            description="The simplify task is mapped over batches of this many files (one shard each).",
+            description="The simplify task is mapped over batches of this many files.",
             section=SELECTION,
         ),
     }
@@ -313,182 +266,48 @@ def extractors_params() -> dict[str, Param]:
 
 def extract_task_params() -> dict[str, Param]:
     """How the extract task runs the labeler: its fallback, batch size and processes."""
-    return {
-        "fallback": Param(
-            "trafilatura",
-            type="string",
-            enum=list(FALLBACKS),
-            title="Fallback",
-            description="Extractor for pages the labeler cannot label (none: leave them empty).",
-            section=EXTRACTION,
-        ),
-        "fallback_on_empty": Param(
-            False,
-            type="boolean",
-            title="Fall back on empty output",
-            description="Also use the fallback when no block is labelled main content.",
-            section=EXTRACTION,
-        ),
-        "extract_batch_size": Param(
-            64,
-            type="integer",
-            minimum=1,
-            title="Pages per labeler call",
-            section=EXTRACTION,
-        ),
-        # Its own count: each extract worker builds a labeler (an LM labeler holds a model, one per GPU),
-        # so it is usually smaller than the simplify workers.
-        "extract_workers": _workers_param(
-            env("DRIPPER_EXTRACT_WORKERS", 1),
-            "Extract workers",
-            "LocalCluster processes of the extract task, each with its own labeler (one per GPU for an LM "
-            "labeler), when no scheduler is given",
-            EXTRACTION,
-        ),
-    }
+    return stage_params(ExtractStageConfig)
 
 
 def refinement_params(tokenizer_required: bool = False) -> dict[str, Param]:
-    """The datatrove refinement switches and the tokenizer."""
-    tokenizer_default = env("DRIPPER_TOKENIZER")
-    tokenizer: dict[str, Any] = {"title": "Tokenizer", "section": REFINEMENT}
+    """The datatrove refinement switches and the tokenizer (required where models train on the tokens)."""
+    tokenize = TokenizeStageConfig.form_fields()
     if tokenizer_required:
         # No default when none is configured: the trigger form then asks for it.
-        tokenizer |= {
-            **({"default": tokenizer_default} if tokenizer_default else {}),
-            "type": "string",
-            "minLength": 1,
-            "description": "Local tokenizer.json (or its folder) for the Megatron tokens the models train on.",
-        }
-    else:
-        tokenizer |= {
-            "default": tokenizer_default,
-            "type": ["null", "string"],
-            "description": "Local tokenizer.json (or its folder) for the Megatron tokens; empty: no tokens.",
-        }
-    return {
-        "refine_steps": Param(
-            list(DEFAULT_REFINE_STEPS),
-            type="array",
-            items={"type": "string", "enum": list(REFINE_STEPS)},
-            uniqueItems=True,
-            examples=list(REFINE_STEPS),
-            title="Refinement steps",
-            description="Filters and dedup to run (always in pipeline order): " + ", ".join(REFINE_STEPS),
-            section=REFINEMENT,
-        ),
-        "refine_tasks": Param(
-            4,
-            type="integer",
-            minimum=1,
-            title="Refinement tasks",
-            description="datatrove tasks per pass (the extracted shards are split among them).",
-            section=REFINEMENT,
-        ),
-        "refine_workers": Param(
-            -1,
-            type="integer",
-            minimum=-1,
-            title="Refinement processes",
-            description="Tasks run at once (-1: one per CPU, 1: inside the Airflow task).",
-            section=REFINEMENT,
-        ),
-        "refine_options": Param(
-            {},
-            type="object",
-            title="Refinement config",
-            description='More RefineConfig fields, e.g. {"language": {"languages": ["en"]}}.',
-            section=REFINEMENT,
-        ),
-        "tokenizer": Param(**tokenizer),
-    }
+        tokenizer = tokenize["tokenizer"]
+        if tokenizer["default"] is None:
+            del tokenizer["default"]
+        tokenizer |= {"type": "string", "minLength": 1}
+        tokenizer["description"] = tokenizer["description"].split(";")[0] + " (the models train on them)"
+    return {**stage_params(RefineStageConfig), **_params(tokenize)}
 
 
 def training_params() -> dict[str, Param]:
     """Pretraining a model on each corpus and scoring it (extractor_ablation)."""
-    return {
-        "pretrain_model": Param(
-            "tiny",
-            type="string",
-            enum=["tiny", "llama-1b"],
-            title="Model",
-            description="Model preset (pretrain.config): tiny for a smoke run, llama-1b as in the paper.",
-            section=TRAINING,
-        ),
-        "train_steps": Param(20, type="integer", minimum=1, title="Training steps", section=TRAINING),
-        "pretrain_device": Param(
-            "auto", type="string", enum=["auto", "cpu", "cuda"], title="Device", section=TRAINING
-        ),
-        "pretrain_nproc": Param(
-            1,
-            type="integer",
-            minimum=1,
-            title="Processes per node",
-            description="torchrun processes (GPUs) per model; 1 runs a single process.",
-            section=TRAINING,
-        ),
-        "pretrain_arguments": _arguments_param(
-            "More training options",
-            'Passed to `python -m pretrain train`, e.g. ["--global-batch-size", "512"].',
-        ),
-        "eval_every": Param(
-            10,
-            type="integer",
-            minimum=1,
-            title="Evaluate every N steps",
-            description="Checkpoint and score the model every so many steps (and at the last): the report's "
-            "scores over training tokens.",
-            section=TRAINING,
-        ),
-        "eval_suite": Param(
-            env("DRIPPER_EVAL_SUITE", "local"),
-            type="string",
-            minLength=1,
-            examples=["local", "paper13"],
-            title="Benchmark suite",
-            description="Suite name in eval/suites or a suite file: local (embedded, offline) or paper13 "
-            "(the paper's 13 benchmarks; their data must be in the Hugging Face cache, checked before any "
-            "WARC is read).",
-            section=TRAINING,
-        ),
-        "eval_device": Param("cpu", type="string", minLength=1, title="Evaluation device", section=TRAINING),
-        "eval_limit": Param(
-            None,
-            type=["null", "integer"],
-            minimum=1,
-            title="Documents per benchmark",
-            description="Score at most this many documents per task (empty: all).",
-            section=TRAINING,
-        ),
-        "eval_arguments": _arguments_param(
-            "More evaluation options",
-            'Passed to `python -m eval.lm_suite`, e.g. ["--fixtures", "path/manifest.yaml"].',
-        ),
-    }
+    return {**stage_params(PretrainStageConfig), **stage_params(EvaluateStageConfig)}
 
 
 def benchmark_data_param(**schema: Any) -> Param:
     """Labelled page files (the bundled sample's by default, ``DRIPPER_BENCHMARK_DATA``)."""
-    default = env("DRIPPER_BENCHMARK_DATA", str(REPO_ROOT / "data" / "sample" / "pages.jsonl.gz"))
-    return Param([default], type="array", items={"type": "string", "minLength": 1}, **schema)
+    default = ReportStageConfig.form_fields(["labelled_pages"])["report_labelled_pages"]["default"]
+    return Param(default, type="array", items={"type": "string", "minLength": 1}, **schema)
 
 
-def _workers_param(default: Any, title: str, description: str, section: str) -> Param:
-    return Param(
-        int(default),
-        type="integer",
-        minimum=0,
-        maximum=256,
-        title=title,
-        description=f"{description} (0: in the task's process).",
-        section=section,
-    )
+def stage_params(config: type[StageConfig], *names: str, section: str | None = None) -> dict[str, Param]:
+    """A stage config's form fields (all, or ``names``) as Params, in its section (or ``section``)."""
+    fields = config.form_fields(names or None)
+    if section:
+        for field in fields.values():
+            field["section"] = section
+    return _params(fields)
 
 
-def _arguments_param(title: str, description: str) -> Param:
-    return Param(
-        [], type="array", items={"type": "string"}, title=title, description=description, section=TRAINING
-    )
+def _params(fields: dict[str, dict[str, Any]]) -> dict[str, Param]:
+    params = {}
+    for name, field in fields.items():
+        field = dict(field)
+        params[name] = Param(field.pop("default"), **field) if "default" in field else Param(**field)
+    return params
 
 
 def _name_param(title: str, description: str, section: str | None = None) -> Param:

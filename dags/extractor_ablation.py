@@ -35,11 +35,15 @@ from _common import (
     REFINE,
     TOKENIZE,
     simplified_selection,
+    stage_templates,
     templated,
 )
 from _params import extractor_ablation_params
 from airflow.sdk import DAG, task
 
+from dripper_core.config.evaluate import EvaluateStageConfig
+from dripper_core.config.pretrain import PretrainStageConfig
+from dripper_core.config.report import ReportStageConfig
 from operators.stages import (
     AblationReportOperator,
     CheckSuiteOperator,
@@ -98,31 +102,29 @@ with DAG(
     tokenize = TokenizeOperator.partial(task_id="tokenize", **TOKENIZE).expand(root=refine.output.map(_root))
     pretrain = PretrainOperator.partial(
         task_id="pretrain",
-        **templated(
-            "tokenizer",
-            "train_steps",
-            "eval_every",
-            model="pretrain_model",
-            device="pretrain_device",
-            nproc="pretrain_nproc",
-            extra_arguments="pretrain_arguments",
-        ),
+        **templated("tokenizer"),
+        **stage_templates(PretrainStageConfig, arguments="extra_arguments"),
         retries=0,
     ).expand(tokens=tokenize.output)
     evaluate = EvaluateOperator.partial(
         task_id="evaluate",
-        **templated(
-            suite="eval_suite", device="eval_device", limit="eval_limit", extra_arguments="eval_arguments"
-        ),
+        **stage_templates(EvaluateStageConfig, arguments="extra_arguments"),
         retries=0,
     ).expand(model=pretrain.output)
     ablation_dir = (
         selection_root
-        + "/ablations/{{ params.ablation_name or (run_id | replace(':', '-') | replace('+', '-')) }}"
+        + "/ablations/{{ params.report_name or (run_id | replace(':', '-') | replace('+', '-')) }}"
     )
     extraction_quality = ExtractionBenchmarkOperator(
         task_id="extraction_quality",
-        **templated("aws_conn_id", data="benchmark_data", limit="benchmark_limit"),
+        **templated("aws_conn_id"),
+        **stage_templates(
+            ReportStageConfig,
+            "labelled_pages",
+            "labelled_limit",
+            labelled_pages="data",
+            labelled_limit="limit",
+        ),  # fmt: skip
         extractor_specs=specs,
         output_dir=ablation_dir + "/extraction",
         retries=0,

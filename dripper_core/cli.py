@@ -162,6 +162,7 @@ def run_extract(args: argparse.Namespace) -> int:
 
     options = ExtractOptions(
         fallback=None if args.fallback == "none" else args.fallback,
+        fallback_on_empty=args.fallback_on_empty,
         batch_size=args.batch_size,
         max_page_bytes=args.max_page_bytes,
     )
@@ -274,7 +275,8 @@ def _open_output(path: Path, append: bool = False):
 
 def build_parser() -> argparse.ArgumentParser:
     from dripper_core.cli_train import add_train_labeler_parser
-    from dripper_core.fallback import available_fallbacks
+    from dripper_core.config.extract import ExtractStageConfig
+    from dripper_core.config.simplify import SimplifyStageConfig
     from dripper_core.labelers import available_labelers
     from dripper_core.pipeline import DEFAULT_LABELER
 
@@ -292,12 +294,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="labeler build option, repeatable (e.g. model=/models/MinerU-HTML, threshold=0.6)",
     )
-    extract.add_argument("--fallback", default="trafilatura", choices=[*available_fallbacks(), "none"])
+    ExtractStageConfig.add_arguments(extract, ["fallback", "fallback_on_empty", "batch_size"])
     extract.add_argument(
         "--format", default="json", choices=OUTPUT_FORMATS, help="which content fields to write"
     )
-    extract.add_argument("--batch-size", type=int, default=64, help="pages per labeler call")
-    extract.add_argument("--max-page-bytes", type=int, default=20_000_000)
+    SimplifyStageConfig.add_arguments(extract, ["max_page_bytes"])
     extract.add_argument("--limit", type=int, default=0, help="stop after N pages (0: all)")
     extract.add_argument(
         "--on-duplicate",

@@ -65,8 +65,7 @@ examples:
 """
 
 
-def _add_common_run_options(parser: argparse.ArgumentParser, workers_help: str) -> None:
-    parser.add_argument("--workers", type=int, default=None, help=workers_help)
+def _add_common_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--scheduler", default=None, help="address of an existing Dask scheduler (tcp://host:8786)"
     )
@@ -81,6 +80,8 @@ def _add_common_run_options(parser: argparse.ArgumentParser, workers_help: str) 
 
 
 def add_run_parser(commands) -> None:
+    from dripper_core.config.extract import ExtractStageConfig
+    from dripper_core.config.simplify import SimplifyStageConfig
     from dripper_core.pipeline import DEFAULT_LABELER
 
     run = commands.add_parser(
@@ -100,22 +101,13 @@ def add_run_parser(commands) -> None:
     )
     simplify.add_argument("--input", required=True, nargs="+", help="WARC inputs (forms below)")
     simplify.add_argument("--output", required=True, help="the run root")
-    _add_common_run_options(
-        simplify, "Dask LocalCluster worker processes (default: one per core; 0: in this process)"
-    )
+    SimplifyStageConfig.add_arguments(simplify)
+    _add_common_run_options(simplify)
     simplify.add_argument(
         "--input-storage-option",
         action="append",
         metavar="KEY=VALUE",
         help="fsspec option of the inputs, repeatable (default: the --storage-option values)",
-    )
-    selection = simplify.add_mutually_exclusive_group()
-    selection.add_argument("--count", type=int, default=None, help="take this many WARC files")
-    selection.add_argument("--fraction", type=float, default=None, help="take this share of the WARC files")
-    simplify.add_argument("--seed", default="0", help="selection seed (default 0)")
-    simplify.add_argument("--warcs-per-shard", type=int, default=1, help="WARC files per shard (default 1)")
-    simplify.add_argument(
-        "--max-payload-bytes", type=int, default=None, help="larger WARC payloads are dropped as too_large"
     )
     simplify.set_defaults(handler=run_simplify_stage)
 
@@ -144,17 +136,12 @@ def add_run_parser(commands) -> None:
         "--extractor",
         default=None,
         metavar="SPEC",
-        help="an extractor spec instead of --labeler/--labeler-option/--fallback: NAME=LABELER,key=value,… "
+        help="an extractor spec instead of --labeler/--labeler-option/--fallback*: NAME=LABELER,key=value,… "
         "(e.g. v10=vllm,model=/models/MinerU-HTML,answer_format=json), recorded in ROOT/_extractor.json",
     )
-    extract.add_argument("--batch-size", type=int, default=64, help="pages per labeler call (default 64)")
-    extract.add_argument("--fallback", default="trafilatura", help="fallback name, or none")
-    _add_common_run_options(
-        extract,
-        "0 (default): in this process, one labeler (a GPU engine) for all shards; "
-        "N: a Dask LocalCluster of N processes, a labeler each",
-    )
-    extract.set_defaults(workers=0, handler=run_extract_stage)
+    ExtractStageConfig.add_arguments(extract)
+    _add_common_run_options(extract)
+    extract.set_defaults(handler=run_extract_stage)
     add_later_stages(stages)
 
 
@@ -183,24 +170,22 @@ def _add_extractor_stage(stages, name: str, help_text: str, handler) -> argparse
 
 def add_later_stages(stages) -> None:
     """refine, tokenize, pretrain, evaluate, report: the stages after extract, on an extractor's folder."""
+    from dripper_core.config.evaluate import EvaluateStageConfig
+    from dripper_core.config.pretrain import PretrainStageConfig
+    from dripper_core.config.refine import RefineStageConfig
+    from dripper_core.config.report import ReportStageConfig
+    from dripper_core.config.tokenize import TokenizeStageConfig
+
     refine = _add_extractor_stage(
         stages, "refine", "extracted/ → corpus/ with datatrove (filters, dedup)", run_refine_stage
     )
-    refine.add_argument(
-        "--steps", default=None, help="comma-separated refinement steps (default: the default steps)"
-    )
-    refine.add_argument("--tasks", type=int, default=None, help="datatrove tasks per pass")
-    refine.add_argument(
-        "--processes", type=int, default=None, help="datatrove tasks run at once (-1: one per CPU)"
-    )
-    refine.add_argument("--config", default=None, help="more RefineConfig fields as JSON (or @file.json)")
+    RefineStageConfig.add_arguments(refine)
     refine.add_argument("--force", action="store_true", help="start over: delete this extractor's refinement")
 
     tokenize = _add_extractor_stage(
         stages, "tokenize", "corpus/ → tokens/ (Megatron .bin/.idx)", run_tokenize_stage
     )
-    tokenize.add_argument("--tokenizer", required=True, help="a local tokenizer.json or its folder")
-    tokenize.add_argument("--eos-token", default="<|endoftext|>", help="appended to each document")
+    TokenizeStageConfig.add_arguments(tokenize)
     tokenize.add_argument(
         "--force", action="store_true", help="retokenize (another tokenizer's tokens are refused)"
     )
@@ -211,13 +196,8 @@ def add_later_stages(stages) -> None:
         "tokens/ → a model in pretrain/{run}/, every checkpoint exported",
         run_pretrain_stage,
     )
-    pretrain.add_argument("--tokenizer", required=True, help="the tokenizer folder the tokens were made with")
-    pretrain.add_argument("--model", default="tiny", help="model preset (tiny, llama-1b)")
-    pretrain.add_argument("--train-steps", type=int, default=20)
-    pretrain.add_argument(
-        "--eval-every", type=int, default=10, help="checkpoint (and later score) every N steps"
-    )
-    pretrain.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    TokenizeStageConfig.add_arguments(pretrain, ["tokenizer"])
+    PretrainStageConfig.add_arguments(pretrain)
     pretrain.add_argument("--run", default=None, help="the run's folder name (default: {model}-{steps}steps)")
     pretrain.add_argument(
         "train_arguments", nargs=argparse.REMAINDER, help="more `python -m pretrain train` flags after --"
@@ -229,13 +209,10 @@ def add_later_stages(stages) -> None:
         "score every exported checkpoint on a benchmark suite (lm-eval)",
         run_evaluate_stage,
     )
-    evaluate.add_argument("--suite", default="local", help="suite name or file (local: offline; paper13)")
+    EvaluateStageConfig.add_arguments(evaluate)
     evaluate.add_argument(
         "--run", default=None, help="the training run's folder name (default: the only one)"
     )
-    evaluate.add_argument("--device", default="cpu")
-    evaluate.add_argument("--limit", type=int, default=None, help="documents per benchmark (default: all)")
-    evaluate.add_argument("--fixtures", default=None, help="fixture manifest: local files for Hub datasets")
 
     report = stages.add_parser(
         "report",
@@ -247,17 +224,10 @@ def add_later_stages(stages) -> None:
     report.add_argument(
         "--extractor", nargs="+", required=True, help="the extractors' names, in report order"
     )
-    report.add_argument("--name", required=True, help="the ablation's name (its folder under ablations/)")
+    ReportStageConfig.add_arguments(report)
     report.add_argument(
         "--run", default=None, help="the training run's folder name (default: each one's only run)"
     )
-    report.add_argument(
-        "--labelled-pages",
-        nargs="*",
-        default=None,
-        help="labelled page files (default: the bundled sample's)",
-    )
-    report.add_argument("--labelled-limit", type=int, default=None, help="labelled pages per file")
     report.add_argument("--title", default=None)
     report.add_argument("--quiet", action="store_true")
     report.set_defaults(handler=run_report_stage)
@@ -306,34 +276,34 @@ def _print(result: dict) -> int:
 
 
 def run_refine_stage(args: argparse.Namespace) -> int:
+    from dripper_core.config.refine import RefineStageConfig
     from dripper_core.refine import run_refine
-    from dripper_core.refine.pipeline import _parse_config as parse_refine_config
 
     _configure_run_logging(args.quiet)
+    stage = RefineStageConfig.from_arguments(args)
     folder = _extractor_layout(args)
-    config = parse_refine_config(args.config)
-    from dripper_core.refine.steps import DEFAULT_STEPS
-
-    steps = [step.strip() for step in args.steps.split(",") if step.strip()] if args.steps else DEFAULT_STEPS
-    config["steps"] = [
-        step for step in steps if step != "tokenize"
-    ]  # tokenize is its own stage, as in the DAGs
-    if args.tasks is not None:
-        config["tasks"] = args.tasks
-    if args.processes is not None:
-        config["workers"] = args.processes
+    # tokenize is its own stage, as in the DAGs
+    config = {**stage.options, "steps": list(stage.steps), "tasks": stage.tasks, "workers": stage.workers}
     summary = run_refine(folder.root, folder.root, config, force=args.force)
     keep = ("documents_in", "documents_out", "tokens_in", "tokens_out", "dropped", "complete", "wall_seconds")
     return _print({"corpus": folder.corpus, **{k: summary.get(k) for k in keep}})
 
 
+def _tokenizer(args: argparse.Namespace) -> str:
+    if not args.tokenizer:
+        raise ValueError(f"dripper run {args.stage} needs --tokenizer (a local tokenizer.json or its folder)")
+    return args.tokenizer
+
+
 def run_tokenize_stage(args: argparse.Namespace) -> int:
+    from dripper_core.config.tokenize import TokenizeStageConfig
     from dripper_core.refine.tokenize import tokenize_corpus
 
     _configure_run_logging(args.quiet)
+    stage = TokenizeStageConfig.from_arguments(args, tokenizer=_tokenizer(args))
     folder = _extractor_layout(args)
     summary = tokenize_corpus(
-        folder.corpus, folder.tokens, args.tokenizer, args.eos_token or None, force=args.force
+        folder.corpus, folder.tokens, stage.tokenizer, stage.eos_token or None, force=args.force
     )
     return _print(
         {"tokens": folder.tokens, **{k: summary.get(k) for k in ("documents", "tokens", "tokenizer")}}
@@ -342,19 +312,26 @@ def run_tokenize_stage(args: argparse.Namespace) -> int:
 
 def run_pretrain_stage(args: argparse.Namespace) -> int:
     import os
+    import subprocess
 
+    from dripper_core.config.pretrain import PretrainStageConfig
     from eval.ablation import default_train_run
     from pretrain.cli import main as pretrain_main
 
     _configure_run_logging(args.quiet)
+    stage = PretrainStageConfig.from_arguments(args, arguments=[a for a in args.train_arguments if a != "--"])
     folder = _extractor_layout(args)
-    run = args.run or default_train_run(args.model, args.train_steps)
-    tokenizer = os.path.dirname(args.tokenizer) if os.path.isfile(args.tokenizer) else args.tokenizer
-    extra = [a for a in args.train_arguments if a != "--"]
+    run = args.run or default_train_run(stage.model, stage.train_steps)
+    tokenizer = _tokenizer(args)
+    tokenizer = os.path.dirname(tokenizer) if os.path.isfile(tokenizer) else tokenizer
     train = ["train", "--out-dir", folder.pretrain(run), "--data", folder.tokens, "--tokenizer", tokenizer,
-             "--model", args.model, "--train-steps", str(args.train_steps), "--device", args.device,
-             "--save-interval", str(args.eval_every), "--keep-checkpoints", "0", *extra]  # fmt: skip
-    code = pretrain_main(train)
+             "--model", stage.model, "--train-steps", str(stage.train_steps), "--device", stage.device,
+             "--save-interval", str(stage.eval_every), "--keep-checkpoints", "0", *stage.arguments]  # fmt: skip
+    if stage.nproc > 1:  # data parallel: torchrun starts the ranks
+        launcher = ["torchrun", "--standalone", "--nproc-per-node", str(stage.nproc), "-m", "pretrain"]
+        code = subprocess.run([*launcher, *train], check=False).returncode
+    else:
+        code = pretrain_main(train)
     if code:
         return code
     return pretrain_main(["export", "--checkpoint", folder.pretrain(run), "--out", folder.hf_checkpoints(run),
@@ -365,9 +342,11 @@ def run_evaluate_stage(args: argparse.Namespace) -> int:
     import shutil
     from pathlib import Path
 
+    from dripper_core.config.evaluate import EvaluateStageConfig
     from eval.lm_suite import run_suite_many
 
     _configure_run_logging(args.quiet)
+    stage = EvaluateStageConfig.from_arguments(args)
     folder = _extractor_layout(args)
     run = args.run or _only_run(str(Path(folder.root, "pretrain")), "training run")
     checkpoints = sorted(Path(folder.hf_checkpoints(run)).glob("iter_*"))
@@ -376,8 +355,8 @@ def run_evaluate_stage(args: argparse.Namespace) -> int:
             f"{folder.hf_checkpoints(run)}: no exported checkpoint: run `dripper run pretrain` first"
         )
     out = Path(folder.evaluation(run))
-    summaries = run_suite_many(args.suite, checkpoints, out_dir=out / "checkpoints", device=args.device,
-                               limit=args.limit, fixtures=args.fixtures)  # fmt: skip
+    summaries = run_suite_many(stage.suite, checkpoints, out_dir=out / "checkpoints", device=stage.device,
+                               limit=stage.limit, fixtures=stage.fixtures)  # fmt: skip
     shutil.copyfile(out / "checkpoints" / f"{checkpoints[-1].name}.json", out / "scores.json")
     return _print({"scores": str(out / "scores.json"), "means": {s["model"]: s["mean"] for s in summaries}})
 
@@ -386,12 +365,15 @@ def run_report_stage(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from dripper_core.config.extractor import parse_extractors
+    from dripper_core.config.report import ReportStageConfig
     from dripper_core.layout import RunLayout
     from eval.ablation import ablation_manifest
     from eval.extraction import BenchmarkConfig, run_benchmark
     from eval.report import load_manifest, write_report
 
     _configure_run_logging(args.quiet)
+    stage = ReportStageConfig.from_arguments(args)
+    name = stage.name or "-vs-".join(args.extractor)
     layout = RunLayout(args.input)
     folders = [layout.extractor(name) for name in args.extractor]
     for folder in folders:
@@ -400,12 +382,9 @@ def run_report_stage(args: argparse.Namespace) -> int:
                 f"{folder.spec_file} is missing: extract with `dripper run extract` first"
             )
     specs = parse_extractors([json.loads(Path(f.spec_file).read_text()) for f in folders])
-    out = Path(layout.ablation(args.name))
-    labelled = args.labelled_pages or [
-        str(Path(__file__).resolve().parents[1] / "data" / "sample" / "pages.jsonl.gz")
-    ]
+    out = Path(layout.ablation(name))
     run_benchmark(
-        BenchmarkConfig(data=[Path(p) for p in labelled], extractors=list(specs), limit=args.labelled_limit,
+        BenchmarkConfig(data=[Path(p) for p in stage.labelled_pages], extractors=list(specs), limit=stage.labelled_limit,
                         out=out / "extraction" / "summary.json"),
         progress=False,
     )  # fmt: skip
@@ -416,7 +395,7 @@ def run_report_stage(args: argparse.Namespace) -> int:
     }
     manifest = ablation_manifest([f.root for f in folders], train_runs=runs,
                                  extraction_summary=str(out / "extraction" / "summary.json"),
-                                 title=args.title or f"Extractor ablation {args.name}", run={"run_root": args.input})  # fmt: skip
+                                 title=args.title or f"Extractor ablation {name}", run={"run_root": args.input})  # fmt: skip
     (out / "report").mkdir(parents=True, exist_ok=True)
     (out / "report" / "manifest.json").write_text(json.dumps(manifest, indent=1), encoding="utf-8")
     write_report(
@@ -448,29 +427,32 @@ def _finish_stage(report) -> int:
 
 
 def run_simplify_stage(args: argparse.Namespace) -> int:
+    from dripper_core.config.simplify import SimplifyStageConfig
     from dripper_core.stages.simplify import SimplifyStageOptions, simplify_stage
 
     progress = _configure_run_logging(args.quiet)
+    stage = SimplifyStageConfig.from_arguments(args)
     storage_options = parse_key_values(args.storage_option, "--storage-option")
     input_options = (
         parse_key_values(args.input_storage_option, "--input-storage-option")
         if args.input_storage_option
         else None
     )
-    option_fields = {"warcs_per_shard": args.warcs_per_shard}
-    if args.max_payload_bytes is not None:
-        option_fields["max_payload_bytes"] = args.max_payload_bytes
     report = simplify_stage(
         args.input,
         args.output,
-        workers=args.workers,
+        workers=stage.workers,
         scheduler=args.scheduler,
-        options=SimplifyStageOptions(**option_fields),
+        options=SimplifyStageOptions(
+            warcs_per_shard=stage.warcs_per_shard,
+            max_payload_bytes=stage.max_payload_bytes,
+            max_page_bytes=stage.max_page_bytes,
+        ),
         storage_options=storage_options or None,
         input_storage_options=input_options,
-        count=args.count,
-        fraction=args.fraction,
-        seed=int(args.seed) if args.seed.lstrip("-").isdigit() else args.seed,
+        count=stage.warc_count,
+        fraction=stage.warc_fraction,
+        seed=stage.seed,
         force=args.force,
         progress=progress,
         raise_on_failure=False,
@@ -479,30 +461,26 @@ def run_simplify_stage(args: argparse.Namespace) -> int:
 
 
 def run_extract_stage(args: argparse.Namespace) -> int:
-    from dripper_core.config.extractor import parse_extractor
+    from dripper_core.config.extract import ExtractStageConfig
+    from dripper_core.config.extractor import labeler_spec, parse_extractor
     from dripper_core.stages.extract import extract_with_spec
 
     progress = _configure_run_logging(args.quiet)
+    stage = ExtractStageConfig.from_arguments(args)
     storage_options = parse_key_values(args.storage_option, "--storage-option") or None
     if args.extractor:
         spec = parse_extractor(args.extractor)
     else:
-        spec = parse_extractor(
-            {
-                "name": args.labeler.replace(":", "-"),
-                "labeler": args.labeler,
-                "options": parse_key_values(args.labeler_option, "--labeler-option"),
-                "fallback": args.fallback,
-            }
-        )
+        options = parse_key_values(args.labeler_option, "--labeler-option")
+        spec = labeler_spec(args.labeler, options, stage.fallback, stage.fallback_on_empty)
     report = extract_with_spec(
         args.input,
         spec,
         args.output,
-        batch_size=args.batch_size,
+        batch_size=stage.batch_size,
         storage_options=storage_options,
         force=args.force,
-        workers=args.workers,
+        workers=stage.workers,
         scheduler=args.scheduler,
         progress=progress,
         raise_on_failure=False,

@@ -16,6 +16,8 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
+from dripper_core.config.extract import ExtractStageConfig
+from dripper_core.config.simplify import SimplifyStageConfig
 from dripper_core.decode import decode_html
 from dripper_core.fallback import Fallback, build_fallback
 from dripper_core.labelers.base import DEFAULT_LABELER, BlockLabeler, LabelRequest, build_labeler
@@ -29,6 +31,8 @@ _BINARY_CHARS = re.compile(r"[\x00-\x08\x0e-\x1f]")
 #: Reasons (prefixes) :func:`prepare_page` gives to input that is no page at all: such a page ends as
 #: ``extractor="none"``, not in the fallback (which could not do better with it).
 INPUT_PROBLEMS = ("empty_input", "not_html", "too_large", "invalid_input")
+#: ``extract(fallback=…)`` left out: the options' fallback (``ExtractOptions().fallback`` unless given).
+OPTIONS_FALLBACK = "options"
 
 
 @dataclass(frozen=True)
@@ -45,10 +49,10 @@ class ExtractOptions:
         markdown: Markdown conversion options.
     """
 
-    fallback: str | None = "trafilatura"
-    fallback_on_empty: bool = False
-    max_page_bytes: int = 20_000_000
-    batch_size: int = 64
+    fallback: str | None = ExtractStageConfig.default("fallback")
+    fallback_on_empty: bool = ExtractStageConfig.default("fallback_on_empty")
+    max_page_bytes: int = SimplifyStageConfig.default("max_page_bytes")
+    batch_size: int = ExtractStageConfig.default("batch_size")
     simplify: SimplifyOptions = field(default_factory=SimplifyOptions)
     markdown: MarkdownOptions = field(default_factory=MarkdownOptions)
 
@@ -309,7 +313,7 @@ def _input_problem(text: str) -> str | None:
 def extract_batch(
     pages: Sequence[Page],
     labeler: str | BlockLabeler = DEFAULT_LABELER,
-    fallback: str | None = "trafilatura",
+    fallback: str | None = OPTIONS_FALLBACK,
     options: ExtractOptions | None = None,
 ) -> list[ExtractResult]:
     """Extract the main content of many pages; one :class:`ExtractResult` per page, in order.
@@ -317,11 +321,12 @@ def extract_batch(
     Args:
         pages: The pages.
         labeler: A labeler name (see :func:`dripper_core.labelers.available_labelers`) or instance.
-        fallback: Fallback name, or ``None`` for none; overrides ``options.fallback``.
+        fallback: Fallback name, or ``None`` for none; given, it overrides ``options.fallback`` (by default
+            the options' fallback is used).
         options: Pipeline options.
     """
     options = options or ExtractOptions()
-    if fallback != options.fallback:
+    if fallback != OPTIONS_FALLBACK and fallback != options.fallback:
         options = replace(options, fallback=fallback)
     return Extractor(labeler, options).extract_batch(pages)
 
@@ -330,7 +335,7 @@ def extract(
     html: str | bytes,
     url: str | None = None,
     labeler: str | BlockLabeler = DEFAULT_LABELER,
-    fallback: str | None = "trafilatura",
+    fallback: str | None = OPTIONS_FALLBACK,
     options: ExtractOptions | None = None,
     ground_truth: str | None = None,
 ) -> ExtractResult:

@@ -13,14 +13,11 @@ mix ``dev.jsonl.gz`` with a WebMainBench download.
 
 from __future__ import annotations
 
-import gzip
-import io
-import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 DEV_SCHEMA = "dev"
 WEBMAINBENCH_SCHEMA = "webmainbench"
@@ -96,29 +93,19 @@ def strip_annotation_artifacts(html: str) -> str:
     return _ANNOTATION_ATTRS.sub("", _ANNOTATION_TAGS.sub("", html))
 
 
-def _open_text(path: Path) -> TextIO:
-    # Detect gzip by magic bytes, not the suffix, so a renamed file still reads.
-    with path.open("rb") as fh:
-        magic = fh.read(2)
-    if magic == b"\x1f\x8b":
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8")
-    return path.open(encoding="utf-8")
-
-
 def _iter_json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    with _open_text(path) as fh:
-        for line_no, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(
-                    f"{path}:{line_no}: not valid JSON ({exc.msg}); expected one object per line"
-                ) from exc
-            if not isinstance(record, dict):
-                raise ValueError(f"{path}:{line_no}: expected a JSON object, got {type(record).__name__}")
-            yield line_no, record
+    """``(line number, record)`` of a JSONL(.gz) file (:class:`dripper_core.io.jsonl.JsonlReader`: gzip by its
+    magic bytes); a line that is no JSON object, or a damaged file, raises naming the file and line."""
+    from dripper_core.io.jsonl import JsonlError, JsonlReader
+
+    reader = JsonlReader(path)
+    for line_no, record in reader:
+        if isinstance(record, JsonlError):
+            problem = "not valid JSON" if record.message.startswith("bad JSON") else record.message
+            raise ValueError(f"{path}:{line_no}: {problem} ({record.message}); expected one object per line")
+        yield line_no, record
+    if reader.damage:
+        raise ValueError(f"{path}: {reader.damage} after {reader.records} records")
 
 
 def detect_schema(record: dict[str, Any]) -> str:

@@ -75,9 +75,9 @@ class StorageOperator(BaseOperator):
 
 class DaskStageOperator(StorageOperator):
     """A stage on Dask: the scheduler at ``dask_scheduler``, else a LocalCluster of ``dask_workers``
-    processes started by the task (``0``: in the task's process)."""
+    processes started by the task (``0``: in the task's process; ``None``: one per core)."""
 
-    def __init__(self, *, dask_scheduler: Any = None, dask_workers: Any = 2, force: Any = False, **kwargs):
+    def __init__(self, *, dask_scheduler: Any = None, dask_workers: Any = None, force: Any = False, **kwargs):
         super().__init__(**kwargs)
         self.dask_scheduler = dask_scheduler
         self.dask_workers = dask_workers
@@ -85,4 +85,5 @@ class DaskStageOperator(StorageOperator):
 
     def dask_arguments(self) -> dict[str, Any]:
         scheduler = self.dask_scheduler or None
-        return {"scheduler": scheduler, "workers": None if scheduler else int(self.dask_workers)}
+        workers = None if scheduler or self.dask_workers in (None, "") else int(self.dask_workers)
+        return {"scheduler": scheduler, "workers": workers}

@@ -9,6 +9,10 @@ from typing import Any
 
 from airflow.sdk.exceptions import AirflowSkipException
 
+from dripper_core.config.extract import ExtractStageConfig
+from dripper_core.config.refine import RefineStageConfig
+from dripper_core.config.simplify import SimplifyStageConfig
+from dripper_core.config.tokenize import TokenizeStageConfig
 from operators.base import (
     BUILD_SUMMARY_FILE,
     SELECTION_FILE,
@@ -18,8 +22,12 @@ from operators.base import (
     stage_report_dict,
     utc_now,
 )
-from operators.hooks import RunStorageHook, extractor_key
+from operators.hooks import RunStorageHook
 from operators.storage import input_storage_options
+
+# The stage configs' defaults (one default per field: dripper_core.config).
+_SIMPLIFY, _EXTRACT = SimplifyStageConfig(), ExtractStageConfig()
+_REFINE, _TOKENIZE = RefineStageConfig(), TokenizeStageConfig()
 
 
 class SimplifyBatchOperator(DaskStageOperator):
@@ -35,19 +43,30 @@ class SimplifyBatchOperator(DaskStageOperator):
         "batch",
         "dask_scheduler",
         "dask_workers",
+        "max_payload_bytes",
+        "max_page_bytes",
         "force",
         "aws_conn_id",
     )
 
-    def __init__(self, *, batch: Any, selection_root: str | None = None, **kwargs):
+    def __init__(
+        self,
+        *,
+        batch: Any,
+        selection_root: str | None = None,
+        max_payload_bytes: Any = _SIMPLIFY.max_payload_bytes,
+        max_page_bytes: Any = _SIMPLIFY.max_page_bytes,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         self.batch = batch
         self.selection_root = selection_root
+        self.max_payload_bytes = max_payload_bytes
+        self.max_page_bytes = max_page_bytes
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from dripper_core.io.storage import join_path
-        from dripper_core.stages.runner import ShardTask, StageError, StageReport, run_shard_tasks
-        from dripper_core.stages.simplify import SIMPLIFIED_STAGE, SimplifyStageOptions, simplify_shard
+        from dripper_core.stages.runner import StageError, StageReport
+        from dripper_core.stages.simplify import SIMPLIFIED_STAGE, SimplifyStageOptions, simplify_shards
 
         started = time.perf_counter()
         root = self.selection_root or self.batch["selection_root"]
@@ -56,32 +75,24 @@ class SimplifyBatchOperator(DaskStageOperator):
         if plan is None:
             raise FileNotFoundError(f"{root}/{SELECTION_FILE} is missing: run select_warcs first")
         first, count = int(self.batch["first_shard"]), int(self.batch["shards"])
-        options = SimplifyStageOptions(warcs_per_shard=plan.get("warcs_per_shard", 1))
-        storage_options = hook.storage_options
+        options = SimplifyStageOptions(
+            warcs_per_shard=plan.get("warcs_per_shard", 1),
+            max_payload_bytes=int(self.max_payload_bytes),
+            max_page_bytes=int(self.max_page_bytes),
+        )
+        shards = list(enumerate(plan["shards"][first : first + count], start=first))
         inputs = input_storage_options(plan["warc_files"][0], self.aws_conn_id)
-        stage_dir = join_path(root, SIMPLIFIED_STAGE)
-        force = bool(self.force)
-        tasks = [
-            ShardTask(
-                index,
-                simplify_shard,
-                (root, index, files, options, storage_options, inputs, force),
-                stage_dir=stage_dir,
-                marker_extra={"inputs": files},
-                storage_options=storage_options,
-            )
-            for index, files in enumerate(plan["shards"][first : first + count], start=first)
-        ]
         with spawn_without_airflow_main():
-            results, failures = run_shard_tasks(
-                SIMPLIFIED_STAGE, tasks, progress=False, force=force, **self.dask_arguments()
-            )
+            results, failures = simplify_shards(
+                root, shards, options, hook.storage_options, inputs, force=bool(self.force), progress=False,
+                **self.dask_arguments(),
+            )  # fmt: skip
         if failures:
-            report = StageReport(SIMPLIFIED_STAGE, root, len(tasks), failed=failures)
+            report = StageReport(SIMPLIFIED_STAGE, root, len(shards), failed=failures)
             raise StageError(report)
         return {
             "batch": int(self.batch["batch"]),
-            "shards": len(tasks),
+            "shards": len(shards),
             "written": sum(r.status == "written" for r in results),
             "skipped": sum(r.status == "skipped" for r in results),
             "pages_in": sum(r.stats.rows_in for r in results),
@@ -144,7 +155,7 @@ class ExtractOperator(DaskStageOperator):
 
     The extractor is ``extractor`` (a spec: ``dripper_core.config.extractor``, as a dict or its shorthand
     ``NAME=LABELER,key=value``), or else built from ``labeler``, ``labeler_model``, ``labeler_options``,
-    ``fallback`` and ``fallback_on_empty`` with a name derived from them (``extractor_key``). Its folder,
+    ``fallback`` and ``fallback_on_empty`` with a name derived from them (``labeler_spec``, as ``dripper run extract`` names it). Its folder,
     unless ``output_root`` is given, is ``{input_root}/extractors/{name}``; the spec is recorded there and
     a folder holding another spec is refused (unless ``force``). Returns the stage report (counts,
     fallbacks by reason), ``output_root``, the extractor's name, labeler and spec.
@@ -175,9 +186,9 @@ class ExtractOperator(DaskStageOperator):
         output_root: str | None = None,
         labeler_model: Any = None,
         labeler_options: Any = None,
-        fallback: Any = "trafilatura",
-        fallback_on_empty: Any = False,
-        batch_size: Any = 64,
+        fallback: Any = _EXTRACT.fallback,
+        fallback_on_empty: Any = _EXTRACT.fallback_on_empty,
+        batch_size: Any = _EXTRACT.batch_size,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -195,22 +206,13 @@ class ExtractOperator(DaskStageOperator):
 
     def spec(self) -> Any:
         """The extractor spec this task runs (validated; errors name the extractor and the field)."""
-        from dripper_core.config.extractor import check_labeler_options, parse_extractor
+        from dripper_core.config.extractor import check_labeler_options, labeler_spec, parse_extractor
 
         if self.extractor:
             spec = parse_extractor(self.extractor)
         else:
-            fallback = None if self.fallback in (None, "", "none") else str(self.fallback)
             options = labeler_options_with_model(self.labeler_options, self.labeler_model)
-            spec = parse_extractor(
-                {
-                    "name": extractor_key(str(self.labeler), options, fallback, bool(self.fallback_on_empty)),
-                    "labeler": str(self.labeler),
-                    "options": options,
-                    "fallback": fallback,
-                    "fallback_on_empty": bool(self.fallback_on_empty),
-                }
-            )
+            spec = labeler_spec(str(self.labeler), options, self.fallback, bool(self.fallback_on_empty))
         check_labeler_options([spec])
         return spec
 
@@ -264,10 +266,10 @@ class RefineOperator(StorageOperator):
         self,
         *,
         root: str,
-        steps: Any = None,
-        tasks: Any = 4,
-        workers: Any = -1,
-        options: Any = None,
+        steps: Any = tuple(_REFINE.steps),
+        tasks: Any = _REFINE.tasks,
+        workers: Any = _REFINE.workers,
+        options: Any = None,  # more RefineConfig fields
         force: Any = False,
         **kwargs,
     ):
@@ -335,7 +337,13 @@ class TokenizeOperator(StorageOperator):
     template_fields: Sequence[str] = ("root", "tokenizer", "eos_token", "force", "aws_conn_id")
 
     def __init__(
-        self, *, root: str, tokenizer: Any, eos_token: Any = "<|endoftext|>", force: Any = False, **kwargs
+        self,
+        *,
+        root: str,
+        tokenizer: Any,
+        eos_token: Any = _TOKENIZE.eos_token,
+        force: Any = False,
+        **kwargs,
     ):
         super().__init__(**kwargs)
         self.root = root

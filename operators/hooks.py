@@ -21,7 +21,6 @@ same folders (finished shards are skipped) and different parameters never mix.
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 import posixpath
 import re
@@ -62,27 +61,11 @@ def extractor_key(
     fallback: str | None = "trafilatura",
     fallback_on_empty: bool = False,
 ) -> str:
-    """A readable, unique folder name for an extractor configuration.
+    """The folder name of an extractor given by its fields (:func:`dripper_core.config.extractor.labeler_spec`:
+    the CLI names it the same way)."""
+    from dripper_core.config.extractor import labeler_spec
 
-    ``trafilatura``; ``vllm-MinerU-HTML`` (the model's last path part); ``-nofallback`` / ``-fb-empty`` when
-    the fallback is not the default; ``-onempty`` with ``fallback_on_empty``; plus a short hash of any other
-    labeler option, so two configurations never share a folder.
-    """
-    options = dict(labeler_options or {})
-    parts = [slug(labeler.replace(":", "-"))]
-    model = options.pop("model", None)
-    if model:
-        parts.append(slug(posixpath.basename(str(model).rstrip("/")) or str(model)))
-    if fallback is None:
-        parts.append("nofallback")
-    elif fallback != "trafilatura":
-        parts.append(f"fb-{slug(fallback)}")
-    if fallback_on_empty:
-        parts.append("onempty")
-    if options or model:
-        digest = json.dumps({"model": model, **options}, sort_keys=True, default=str)
-        parts.append(hashlib.sha256(digest.encode()).hexdigest()[:6])
-    return "-".join(parts)
+    return labeler_spec(labeler, labeler_options, fallback, fallback_on_empty).name
 
 
 class RunStorageHook:

@@ -414,6 +414,7 @@ class EvaluateOperator(ModuleJobOperator):
         "suite",
         "device",
         "limit",
+        "fixtures",
         "extra_arguments",
         "run_on",
         "slurm",
@@ -426,6 +427,7 @@ class EvaluateOperator(ModuleJobOperator):
         suite: Any = "local",
         device: Any = "cpu",
         limit: Any = None,
+        fixtures: Any = None,
         extra_arguments: Any = (),
         run_on: Any = "local",
         slurm: Any = None,
@@ -438,6 +440,7 @@ class EvaluateOperator(ModuleJobOperator):
         self.suite = suite
         self.device = device
         self.limit = limit
+        self.fixtures = fixtures
         self.extra_arguments = extra_arguments
         self.run_on = run_on
         self.slurm = slurm
@@ -479,6 +482,7 @@ class EvaluateOperator(ModuleJobOperator):
             "--device",
             self.device,
             *(["--limit", self.limit] if self.limit not in (None, "") else []),
+            *(["--fixtures", self.fixtures] if self.fixtures not in (None, "") else []),
             *(self.extra_arguments or []),
         ]
         if self.run_on == "slurm" and slurm_event is None:

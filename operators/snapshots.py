@@ -151,6 +151,11 @@ def _triggering_crawl(context: Any) -> dict[str, Any] | None:
     return found[-1][1] | {"events": len(found)}
 
 
+#: A selection that names no count or fraction takes every file only of a listing this small: a whole
+#: crawl (about 100,000 files) must be asked for (``warc_fraction`` 1).
+WHOLE_CRAWL_GUARD = 1000
+
+
 class SelectWarcsOperator(StorageOperator):
     """Pick a crawl's WARC files deterministically and plan the simplify shards and their batches.
 
@@ -173,6 +178,7 @@ class SelectWarcsOperator(StorageOperator):
         "fraction",
         "seed",
         "warcs_per_task",
+        "warcs_per_shard",
         "storage_root",
         "aws_conn_id",
     )
@@ -186,7 +192,7 @@ class SelectWarcsOperator(StorageOperator):
         fraction: Any = None,
         seed: Any = 0,
         warcs_per_task: Any = 2,
-        warcs_per_shard: int = 1,
+        warcs_per_shard: Any = 1,
         from_asset_event: bool = True,
         **kwargs,
     ):
@@ -227,9 +233,10 @@ class SelectWarcsOperator(StorageOperator):
                 f"give the number of WARC files ({count}) or the fraction ({fraction}), not both: "
                 "empty one of them in the trigger form"
             )
-        warcs_per_task = int(self.warcs_per_task)
-        if warcs_per_task < 1:
-            raise ValueError(f"warcs_per_task must be at least 1, got {warcs_per_task}")
+        warcs_per_task, warcs_per_shard = int(self.warcs_per_task), int(self.warcs_per_shard)
+        if warcs_per_task < 1 or warcs_per_shard < 1:
+            raise ValueError(f"warcs_per_task and warcs_per_shard must be at least 1, got {warcs_per_task}, "
+                             f"{warcs_per_shard}")  # fmt: skip
         hook = self.hook()
         crawl_id, crawl_base = self._crawl(context)
         base = resolve_base(crawl_base)
@@ -243,15 +250,23 @@ class SelectWarcsOperator(StorageOperator):
         else:
             entries = read_warc_paths(base, crawl_id, input_storage_options(base, self.aws_conn_id))
             self.log.info("%s: %d WARC files listed under %s", crawl_id, len(entries), base)
+        if count is None and fraction is None and len(entries) > WHOLE_CRAWL_GUARD:
+            from airflow.sdk.exceptions import AirflowFailException
+
+            raise AirflowFailException(
+                f"{crawl_id} lists {len(entries):,} WARC files and neither warc_count nor warc_fraction is "
+                "set: give the number of files (or DRIPPER_WARC_COUNT for new-crawl builds), or "
+                "warc_fraction 1 for the whole crawl"
+            )
         chosen = select_warc_paths(entries, count=count, fraction=fraction, seed=self.seed)
         if not chosen:
             raise ValueError(
                 f"{crawl_id}: the selection is empty (the crawl lists {len(entries)} WARC files)"
             )
         files = warc_urls(base, chosen)
-        shards = plan_simplify_shards(files, self.warcs_per_shard)
-        shards_per_task = max(1, math.ceil(warcs_per_task / self.warcs_per_shard))
-        selection = selection_key(count, fraction, self.seed, self.warcs_per_shard)
+        shards = plan_simplify_shards(files, warcs_per_shard)
+        shards_per_task = max(1, math.ceil(warcs_per_task / warcs_per_shard))
+        selection = selection_key(count, fraction, self.seed, warcs_per_shard)
         root = hook.selection_root(crawl_id, selection)
         batches = [
             {
@@ -277,7 +292,7 @@ class SelectWarcsOperator(StorageOperator):
                 "count": count,
                 "fraction": fraction,
                 "seed": self.seed,
-                "warcs_per_shard": self.warcs_per_shard,
+                "warcs_per_shard": warcs_per_shard,
                 "warc_files": files,
                 "shards": shards,
                 "planned_at": (previous or {}).get("planned_at") or utc_now(),

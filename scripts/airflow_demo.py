@@ -284,7 +284,7 @@ def run_conf(env: dict[str, str], labeler: str, tokenizer: str) -> dict[str, Any
         "labeler": labeler,
         "storage_root": env["DRIPPER_RUN_ROOT"],
         "dask_scheduler": None,
-        "dask_workers": 1,
+        "simplify_workers": 1,
         "extract_workers": 1,
         "refine_tasks": 2,
         "refine_workers": 1,

@@ -67,6 +67,8 @@ export DRIPPER_CRAWL_INDEX="${DRIPPER_CRAWL_INDEX:-$DRIPPER_REPO/data/sample/col
 export DRIPPER_CRAWL_BASE="${DRIPPER_CRAWL_BASE:-$DRIPPER_REPO/data/sample}"
 export DRIPPER_CRAWL_ID="${DRIPPER_CRAWL_ID:-CC-MAIN-SAMPLE}"
 export DRIPPER_DASK_WORKERS="${DRIPPER_DASK_WORKERS:-2}"
+# A trigger with no WARC count takes 2 files of the sample (a real crawl with none is refused).
+export DRIPPER_WARC_COUNT="${DRIPPER_WARC_COUNT:-2}"
 # The tokenizer the forms propose (the ablation needs one): Qwen's where `make install` built it, else the
 # small one the demo trains on the sample (scripts/airflow_demo.py demo_tokenizer).
 if [ -z "${DRIPPER_TOKENIZER:-}" ]; then

@@ -114,3 +114,18 @@ def s3_filesystem(s3_options):
         secret=s3_options["secret"],
         client_kwargs={**s3_options["client_kwargs"], "endpoint_url": s3_options["endpoint_url"]},
     )
+
+
+def orphaned_vllm_processes() -> set[int]:
+    """Live vLLM engine processes whose parent is gone (reparented to init)."""
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            name = (stat.parent / "cmdline").read_bytes().split(b"\0")[0]
+        except (OSError, IndexError):
+            continue
+        state, parent = fields[0], int(fields[1])
+        if name.startswith(b"VLLM::") and parent == 1 and state != "Z":
+            found.add(int(stat.parent.name))
+    return found

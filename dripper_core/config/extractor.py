@@ -18,7 +18,9 @@ labeler registry (in a task or a CLI, not at DAG parse time). Every error names 
 from __future__ import annotations
 
 import difflib
+import hashlib
 import json
+import posixpath
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -26,8 +28,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from dripper_core.config.extract import DEFAULT_FALLBACK
+
 __all__ = [
     "ANSWER_FORMATS",
+    "labeler_spec",
     "LM_LABELERS",
     "ExtractorSpec",
     "ExtractorSpecError",
@@ -62,6 +67,7 @@ class ExtractorSpec(BaseModel):
             ``max_model_len``, engine options).
         fallback: Extractor for pages the labeler cannot label (``None``: leave them empty).
         fallback_on_empty: Also fall back when no block is labelled main content.
+        gpu: Whether its extract tasks need a GPU worker (``None``: by the labeler, see :attr:`needs_gpu`).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -70,9 +76,12 @@ class ExtractorSpec(BaseModel):
     labeler: str = Field(pattern=LABELER_PATTERN, description="Registered labeler or module:factory")
     options: dict[str, Any] = Field(default_factory=dict, description="The labeler's keyword options")
     fallback: Literal["trafilatura", "empty"] | None = Field(
-        "trafilatura", description="Extractor for pages the labeler cannot label (none: leave them empty)"
+        DEFAULT_FALLBACK, description="Extractor for pages the labeler cannot label (none: leave them empty)"
     )
     fallback_on_empty: bool = Field(False, description="Also fall back when no block is labelled main")
+    gpu: bool | None = Field(
+        None, description="Its extract tasks need a GPU worker (empty: vllm, and torch unless on cpu)"
+    )
 
     @field_validator("fallback", mode="before")
     @classmethod
@@ -107,7 +116,10 @@ class ExtractorSpec(BaseModel):
 
     @property
     def needs_gpu(self) -> bool:
-        """Whether its extract tasks belong on a GPU worker (an LM engine in the worker: vllm, torch on CUDA)."""
+        """Whether its extract tasks belong on a GPU worker (an LM engine in the worker: vllm, torch on CUDA;
+        ``gpu`` says so for any labeler, a ``module:factory`` one included)."""
+        if self.gpu is not None:
+            return self.gpu
         if self.labeler == "vllm":
             return True
         return self.labeler == "torch" and str(self.options.get("device", "auto")) != "cpu"
@@ -122,7 +134,7 @@ class ExtractorSpec(BaseModel):
         }
         options = ", ".join(f"{key}={value}" for key, value in shown.items())
         text = self.labeler + (f" ({options})" if options else "")
-        if self.fallback != "trafilatura":
+        if self.fallback != DEFAULT_FALLBACK:
             text += f", fallback {self.fallback or 'none'}"
         if self.fallback_on_empty:
             text += ", fallback on empty"
@@ -161,7 +173,7 @@ def _from_text(text: str) -> dict[str, Any]:
                 "(form: NAME=LABELER,key=value,…, e.g. qwen=vllm,model=/models/MinerU-HTML)"
             )
         key = key.strip()
-        if key in ("fallback", "fallback_on_empty"):
+        if key in ("fallback", "fallback_on_empty", "gpu"):
             entry[key] = _value(value.strip())
         else:
             entry["options"][key] = _value(value.strip())
@@ -261,3 +273,48 @@ def check_labeler_options(specs: Sequence[ExtractorSpec]) -> None:
                     f"extractor {spec.name!r}: options.{option}: the {spec.labeler} labeler takes no option "
                     f"{option!r} (it takes {', '.join(parameters)}){hint}"
                 )
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def _slug(text: str, limit: int = 48) -> str:
+    return _UNSAFE.sub("-", str(text)).strip("-.")[:limit] or "x"
+
+
+def labeler_spec(
+    labeler: str,
+    options: Mapping[str, Any] | None = None,
+    fallback: str | None = DEFAULT_FALLBACK,
+    fallback_on_empty: bool = False,
+) -> ExtractorSpec:
+    """The spec of a labeler given by its fields (``corpus_build``'s form, ``dripper run extract --labeler``),
+    named so that the CLI and the DAG put the same configuration in the same folder and two configurations
+    never share one: ``trafilatura``; ``vllm-MinerU-HTML-1a2b3c`` (the model's last path part and a short
+    hash of the options); ``-nofallback`` / ``-fb-empty`` when the fallback is not the default; ``-onempty``
+    with ``fallback_on_empty``.
+    """
+    fallback = None if fallback in (None, "", "none") else str(fallback)
+    rest = dict(options or {})
+    parts = [_slug(labeler.replace(":", "-"))]
+    model = rest.pop("model", None)
+    if model:
+        parts.append(_slug(posixpath.basename(str(model).rstrip("/")) or str(model)))
+    if fallback is None:
+        parts.append("nofallback")
+    elif fallback != DEFAULT_FALLBACK:
+        parts.append(f"fb-{_slug(fallback)}")
+    if fallback_on_empty:
+        parts.append("onempty")
+    if rest or model:
+        digest = json.dumps({"model": model, **rest}, sort_keys=True, default=str)
+        parts.append(hashlib.sha256(digest.encode()).hexdigest()[:6])
+    return parse_extractor(
+        {
+            "name": "-".join(parts)[:64],
+            "labeler": labeler,
+            "options": dict(options or {}),
+            "fallback": fallback,
+            "fallback_on_empty": bool(fallback_on_empty),
+        }
+    )

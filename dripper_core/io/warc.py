@@ -36,6 +36,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
+from dripper_core.config.simplify import DEFAULT_MAX_PAYLOAD_BYTES
+
 if TYPE_CHECKING:
     from dripper_core.types import Page
 
@@ -51,7 +53,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_PAYLOAD_BYTES = 10 * 1024 * 1024
 HTML_CONTENT_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 RECORD_REASONS = ("not_response", "bad_record", "non_200", "non_html", "too_large", "truncated")
 STREAM_REASONS = ("bad_gzip_member", "unreadable_rest")

@@ -9,6 +9,12 @@ lets the server template them (``compact`` only).
 Requests run concurrently under a semaphore (``max_concurrency``), each with a timeout; transport errors,
 429 and 5xx are retried with exponential backoff and jitter; a page whose request still fails gets
 ``Labels.failed(reason)``, so the pipeline's fallback takes it, and the rest of the batch is unaffected.
+
+Several servers (``base_url`` a list, or comma-separated: one ``vllm serve`` per GPU node) share the
+requests round robin. A request that fails on one server for a reason a retry could fix goes at once to the
+next; a server that cannot be reached is set aside for ``down_seconds`` (its requests go to the others,
+unless every server is down), so a dead node costs one failed connection, not a timeout per page.
+:attr:`OpenAILabeler.endpoint_stats` counts requests, answers and failures per server.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import random
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,7 +40,7 @@ class OpenAILabeler(BlockLabeler):
     """Labels blocks through an OpenAI-compatible completions server.
 
     Args:
-        base_url: Server root, e.g. ``http://127.0.0.1:8000/v1``.
+        base_url: Server root, e.g. ``http://127.0.0.1:8000/v1``; several as a list or comma-separated.
         model: The served model name; also where the tokenizer is read from (a local folder or a cached
             repo id) unless ``tokenizer`` says otherwise.
         tokenizer: Folder or cached repo id of the tokenizer, if not ``model``.
@@ -42,11 +49,12 @@ class OpenAILabeler(BlockLabeler):
         max_model_len: The server's context length (``None``: the model config's).
         endpoint: ``completions`` (token ids, exact prompt) or ``chat`` (messages; ``compact`` only).
         api_key: Sent as a bearer token.
-        max_concurrency: Requests in flight at once.
+        max_concurrency: Requests in flight at once, per server.
         timeout: Seconds per request.
         max_retries: Retries after the first attempt (transport errors, 408/429/5xx).
         backoff: Base delay in seconds (doubled per retry, with jitter).
         logprobs: Top log-probabilities per token for label confidences (0: none).
+        down_seconds: How long a server that could not be reached is passed over (several servers).
     """
 
     name = "openai"
@@ -54,7 +62,7 @@ class OpenAILabeler(BlockLabeler):
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | Sequence[str],
         model: str,
         tokenizer: str | None = None,
         served_model_name: str | None = None,
@@ -70,6 +78,7 @@ class OpenAILabeler(BlockLabeler):
         logprobs: int = 20,
         system_prompt: str = SYSTEM_PROMPT,
         trust_remote_code: bool = False,
+        down_seconds: float = 30.0,
     ) -> None:
         super().__init__()
         try:
@@ -97,7 +106,15 @@ class OpenAILabeler(BlockLabeler):
                 tokenizer_object.convert_ids_to_tokens(range(len(tokenizer_object)))
             )
         }
-        self.base_url = base_url.rstrip("/")
+        urls = base_url.split(",") if isinstance(base_url, str) else list(base_url)
+        self.base_urls = [str(url).strip().rstrip("/") for url in urls if str(url).strip()]
+        if not self.base_urls:
+            raise ValueError("base_url names no server")
+        self.base_url = self.base_urls[0]
+        self.down_seconds = down_seconds
+        self._down_until: dict[str, float] = {}
+        self.endpoint_stats = {url: {"requests": 0, "answers": 0, "failures": 0} for url in self.base_urls}
+        self._next_call = 0
         self.served_model_name = served_model_name or model
         self.endpoint = endpoint
         self.max_concurrency = max_concurrency
@@ -116,8 +133,8 @@ class OpenAILabeler(BlockLabeler):
         return self.planner.assemble(len(requests), calls, answers, failures)
 
     async def _answer_all(self, calls: Sequence[LMCall]) -> list[LMAnswer]:
-        semaphore = asyncio.Semaphore(self.max_concurrency)
-        limits = self._httpx.Limits(max_connections=self.max_concurrency)
+        semaphore = asyncio.Semaphore(self.max_concurrency * len(self.base_urls))
+        limits = self._httpx.Limits(max_connections=self.max_concurrency * len(self.base_urls))
         async with self._httpx.AsyncClient(
             timeout=self.timeout, limits=limits, headers=self.headers
         ) as client:
@@ -146,28 +163,53 @@ class OpenAILabeler(BlockLabeler):
             payload.update(logprobs=self.logprobs, return_tokens_as_token_ids=True)
         return "/completions", payload
 
+    def _server(self, first: int, attempt: int) -> str:
+        """The server for a call's attempt: round robin from the call's own, past servers set aside as
+        unreachable (all of them down: the rotation as it is)."""
+        order = [
+            self.base_urls[(first + attempt + i) % len(self.base_urls)] for i in range(len(self.base_urls))
+        ]
+        now = time.monotonic()
+        return next((url for url in order if self._down_until.get(url, 0.0) <= now), order[0])
+
     async def _answer(self, client: Any, call: LMCall) -> LMAnswer:
         path, payload = self._payload(call)
-        error = "no attempt"
-        for attempt in range(self.max_retries + 1):
+        first, self._next_call = self._next_call, self._next_call + 1
+        error, server, previous = "no attempt", self.base_url, None
+        # Each server gets a try before the retries run out: a dead node's pages move to the live ones.
+        attempts = self.max_retries + len(self.base_urls)
+        for attempt in range(attempts):
+            server = self._server(first, attempt)
             if attempt:
                 self.retries += 1
-                await asyncio.sleep(self.backoff * 2 ** (attempt - 1) * (0.5 + random.random()))
+                if server == previous:  # the same server again: back off first (another one: at once)
+                    await asyncio.sleep(self.backoff * 2 ** (attempt - 1) * (0.5 + random.random()))
+            previous = server
             self.requests_sent += 1
+            stats = self.endpoint_stats[server]
+            stats["requests"] += 1
             try:
-                response = await client.post(self.base_url + path, json=payload)
+                response = await client.post(server + path, json=payload)
             except self._httpx.HTTPError as exception:
                 error = f"{type(exception).__name__}: {exception}"[:200]
+                stats["failures"] += 1
+                if len(self.base_urls) > 1 and isinstance(exception, self._httpx.TransportError):
+                    self._down_until[server] = time.monotonic() + self.down_seconds
                 continue
             if response.status_code == 200:
+                stats["answers"] += 1
                 try:
                     return self._parse(call, response.json())
                 except (ValueError, KeyError, IndexError, TypeError) as exception:
                     return LMAnswer(text="", failure=f"malformed server response: {exception}"[:200])
+            stats["failures"] += 1
             error = f"HTTP {response.status_code}: {response.text[:160]}"
             if response.status_code not in _RETRY_STATUS:
                 break
-        return LMAnswer(text="", failure=f"server request failed after {attempt + 1} attempts: {error}")
+        where = f" (last: {server})" if len(self.base_urls) > 1 else ""
+        return LMAnswer(
+            text="", failure=f"server request failed after {attempt + 1} attempts{where}: {error}"
+        )
 
     def _parse(self, call: LMCall, body: dict[str, Any]) -> LMAnswer:
         choice = body["choices"][0]

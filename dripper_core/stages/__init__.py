@@ -37,6 +37,7 @@ _EXPORTS = {
     "resolve_warc_inputs": "simplify",
     "simplified_schema": "simplify",
     "simplify_shard": "simplify",
+    "simplify_shards": "simplify",
     "simplify_stage": "simplify",
     "EXTRACTED_STAGE": "extract",
     "ExtractStageOptions": "extract",

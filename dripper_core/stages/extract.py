@@ -40,6 +40,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from dripper_core.config.extract import ExtractStageConfig
 from dripper_core.io.storage import filesystem_for, join_path
 from dripper_core.labelers.base import DEFAULT_LABELER, BlockLabeler
 from dripper_core.stages.runner import (
@@ -85,9 +86,9 @@ class ExtractStageOptions:
         compression: Parquet codec.
     """
 
-    batch_size: int = 64
-    fallback: str | None = "trafilatura"
-    fallback_on_empty: bool = False
+    batch_size: int = ExtractStageConfig.default("batch_size")
+    fallback: str | None = ExtractStageConfig.default("fallback")
+    fallback_on_empty: bool = ExtractStageConfig.default("fallback_on_empty")
     compression: str = "zstd"
 
     def __post_init__(self) -> None:
@@ -212,6 +213,8 @@ def record_extractor(
             existing = json.loads(f.read())
     except FileNotFoundError:
         existing = None
+    if existing is not None and _made_alike(existing, wanted):
+        return existing  # the same output (a spec written before a field was added, or another placement)
     if existing is not None and existing != wanted and not force:
         raise ValueError(
             f"{join_path(str(root), EXTRACTOR_FILE)}: this folder holds extractor {existing.get('name')!r} made "
@@ -223,6 +226,18 @@ def record_extractor(
         with fs.open(path, "wb") as f:
             f.write((json.dumps(wanted, indent=1, sort_keys=True) + "\n").encode())
     return wanted
+
+
+def _made_alike(existing: dict[str, Any], wanted: dict[str, Any]) -> bool:
+    """Whether two recorded specs make the same pages: their fields with defaults filled in, less where the
+    tasks run (``gpu``)."""
+    from dripper_core.config.extractor import ExtractorSpecError, parse_extractor
+
+    try:
+        existing = parse_extractor(existing).to_dict()
+    except ExtractorSpecError:
+        return False
+    return {k: v for k, v in existing.items() if k != "gpu"} == {k: v for k, v in wanted.items() if k != "gpu"}
 
 
 # -- one shard ---------------------------------------------------------------------------------------------
@@ -365,6 +380,7 @@ def extract_stage(
     force: bool = False,
     progress: bool | None = None,
     raise_on_failure: bool = True,
+    task_resources: dict[str, float] | None = None,
 ) -> StageReport:
     """Run the extract stage over the finished simplified shards of ``input_root``.
 
@@ -383,6 +399,8 @@ def extract_stage(
         force: Recompute shards even when done.
         progress: Progress display (``None``: bar on a terminal, log lines otherwise).
         raise_on_failure: Raise :class:`StageError` when a shard failed (after summarising the others).
+        task_resources: Dask worker resources each shard task needs on an external cluster (``{"GPU": 1}``
+            for an LM labeler: :func:`extract_with_spec` asks for it when the spec needs a GPU).
     """
     options = options or ExtractStageOptions()
     output_root = str(output_root or input_root)
@@ -417,6 +435,7 @@ def extract_stage(
             stage_dir=join_path(output_root, EXTRACTED_STAGE),
             marker_extra={"inputs": [source_stage.url(source_stage.shard_path(index))]},
             storage_options=storage_options,
+            resources=task_resources,
         )
         for index in shards
     ]
@@ -471,7 +490,7 @@ def extract_with_spec(
     spec: Any,
     output_root: str | None = None,
     *,
-    batch_size: int = 64,
+    batch_size: int = ExtractStageConfig.default("batch_size"),
     storage_options: dict[str, Any] | None = None,
     force: bool = False,
     **stage_options: Any,
@@ -507,5 +526,6 @@ def extract_with_spec(
         ),
         storage_options=storage_options,
         force=force,
+        task_resources={"GPU": 1} if spec.needs_gpu else None,
         **stage_options,
     )

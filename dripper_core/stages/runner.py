@@ -224,7 +224,8 @@ class ShardTask:
 
     ``function`` must be importable by name on Dask workers (a module-level function). With
     ``stage_dir``, :func:`run_shard_tasks` looks for the shard's marker first and does not submit a
-    finished shard at all (``marker_extra["inputs"]`` is checked against the marker's).
+    finished shard at all (``marker_extra["inputs"]`` is checked against the marker's). ``resources``
+    (``{"GPU": 1}``) are the Dask worker resources the task needs on an external cluster.
     """
 
     shard_index: int
@@ -234,6 +235,7 @@ class ShardTask:
     stage_dir: str | None = None
     marker_extra: dict[str, Any] | None = None
     storage_options: dict[str, Any] | None = None
+    resources: dict[str, float] | None = None
 
 
 class StageProgress:
@@ -366,6 +368,35 @@ def _finished_before(tasks: Sequence[ShardTask]) -> dict[int, ShardResult]:
     return done
 
 
+def _placement(stage: str, client: Any, tasks: Sequence[ShardTask]) -> dict[int, dict[str, Any]]:
+    """``submit`` keywords placing the tasks that need worker resources (an external cluster's GPU workers,
+    started with ``dask worker … --resources GPU=1``). Where no worker advertises a resource the tasks run on
+    any worker, said once (a CPU-only cluster still runs an LM labeler, slowly)."""
+    wanted = {name for task in tasks for name in (task.resources or {})}
+    if not wanted:
+        return {}
+    advertised = {
+        name
+        for info in client.scheduler_info(n_workers=-1)["workers"].values()
+        for name, amount in (info.get("resources") or {}).items()
+        if amount
+    }
+    for name in sorted(wanted - advertised):
+        log.warning(
+            "%s: no worker of the cluster advertises the %s resource: its tasks run on any worker (start "
+            "the workers that have one with `dask worker … --resources %s=1`)",
+            stage,
+            name,
+            name,
+        )
+    placement = {}
+    for task in tasks:
+        needed = {k: v for k, v in (task.resources or {}).items() if k in advertised}
+        if needed:
+            placement[task.shard_index] = {"resources": needed}
+    return placement
+
+
 def run_shard_tasks(
     stage: str,
     tasks: Sequence[ShardTask],
@@ -426,6 +457,7 @@ def run_shard_tasks(
             from distributed import as_completed
 
             with dask_client(workers, scheduler) as client:
+                placement = _placement(stage, client, tasks) if scheduler is not None else {}
                 futures = {}
                 for task in tasks:
                     future = client.submit(
@@ -434,6 +466,7 @@ def run_shard_tasks(
                         key=f"{stage}-{shard_name(task.shard_index)}-{os.urandom(4).hex()}",
                         pure=False,
                         retries=retries,
+                        **placement.get(task.shard_index, {}),
                         **task.kwargs,
                     )
                     futures[future] = task

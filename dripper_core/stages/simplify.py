@@ -49,8 +49,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from dripper_core.config.simplify import SimplifyStageConfig
 from dripper_core.io.storage import filesystem_for, is_local, join_path, open_url
-from dripper_core.io.warc import DEFAULT_MAX_PAYLOAD_BYTES, WarcReadStats, iter_warc_pages
+from dripper_core.io.warc import WarcReadStats, iter_warc_pages
 from dripper_core.simplify import SimplifyOptions
 from dripper_core.stages.runner import (
     ShardTask,
@@ -69,6 +70,7 @@ __all__ = [
     "resolve_warc_inputs",
     "simplified_schema",
     "simplify_shard",
+    "simplify_shards",
     "simplify_stage",
 ]
 
@@ -95,9 +97,9 @@ class SimplifyStageOptions:
         compression: Parquet codec.
     """
 
-    warcs_per_shard: int = 1
-    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
-    max_page_bytes: int = 20_000_000
+    warcs_per_shard: int = SimplifyStageConfig.default("warcs_per_shard")
+    max_payload_bytes: int = SimplifyStageConfig.default("max_payload_bytes")
+    max_page_bytes: int = SimplifyStageConfig.default("max_page_bytes")
     simplify: SimplifyOptions = field(default_factory=SimplifyOptions)
     prompt_version: str = "short_compact"
     rows_per_group: int = 256
@@ -409,6 +411,37 @@ def simplify_shard(
 # -- the stage ---------------------------------------------------------------------------------------------
 
 
+def simplify_shards(
+    root: str,
+    shards: Sequence[tuple[int, list[str]]],
+    options: SimplifyStageOptions,
+    storage_options: dict[str, Any] | None = None,
+    input_storage_options: dict[str, Any] | None = None,
+    *,
+    force: bool = False,
+    workers: int | None = None,
+    scheduler: Any = None,
+    progress: bool | None = None,
+) -> tuple[list[ShardResult], dict[int, str]]:
+    """Simplify planned shards (``(shard index, WARC files)``) of ``root`` on Dask: finished shards are
+    skipped unless ``force``. What :func:`simplify_stage` and the Airflow simplify task (a batch of a
+    selection's shards each) run. Returns the shard results and the failures by shard."""
+    tasks = [
+        ShardTask(
+            index,
+            simplify_shard,
+            (root, index, files, options, storage_options, input_storage_options, force),
+            stage_dir=join_path(root, SIMPLIFIED_STAGE),
+            marker_extra={"inputs": files},
+            storage_options=storage_options,
+        )
+        for index, files in shards
+    ]
+    return run_shard_tasks(
+        SIMPLIFIED_STAGE, tasks, workers=workers, scheduler=scheduler, progress=progress, force=force
+    )
+
+
 def simplify_stage(
     inputs: str | Sequence[str],
     root: str,
@@ -454,20 +487,10 @@ def simplify_stage(
         raise ValueError(f"--input {inputs!r} names no WARC file (an empty listing or selection)")
     plan = plan_simplify_shards(warc_files, options.warcs_per_shard)
     log.info("simplify: %d WARC files in %d shards → %s", len(warc_files), len(plan), root)
-    tasks = [
-        ShardTask(
-            index,
-            simplify_shard,
-            (str(root), index, files, options, storage_options, input_storage_options, force),
-            stage_dir=join_path(str(root), SIMPLIFIED_STAGE),
-            marker_extra={"inputs": files},
-            storage_options=storage_options,
-        )
-        for index, files in enumerate(plan)
-    ]
-    results, failures = run_shard_tasks(
-        SIMPLIFIED_STAGE, tasks, workers=workers, scheduler=scheduler, progress=progress, force=force
-    )
+    results, failures = simplify_shards(
+        str(root), list(enumerate(plan)), options, storage_options, input_storage_options, force=force,
+        workers=workers, scheduler=scheduler, progress=progress,
+    )  # fmt: skip
     report = StageReport(
         stage=SIMPLIFIED_STAGE,
         root=str(root),

@@ -433,6 +433,8 @@ class DaskCluster:
     root: Path
     scheduler: subprocess.Popen
     workers: dict[str, subprocess.Popen] = field(default_factory=dict)
+    #: Worker resources by worker name (``w1`` stands for a GPU node: ``--resources GPU=1``).
+    resources: dict[str, str] = field(default_factory=lambda: {"w1": "GPU=1"})
 
     @staticmethod
     def environment() -> dict[str, str]:
@@ -461,6 +463,7 @@ class DaskCluster:
                 "--no-dashboard",
                 "--local-directory",
                 str(self.root / f"worker-{name}"),
+                *(["--resources", self.resources[name]] if name in self.resources else []),
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -507,7 +510,8 @@ class DaskCluster:
 
 @pytest.fixture(scope="package")
 def dask_cluster() -> Iterator[DaskCluster]:
-    """A Dask scheduler and two workers (``w0``, ``w1``), each a process of its own, on 127.0.0.1."""
+    """A Dask scheduler and two workers (``w0``, and ``w1`` advertising a ``GPU`` resource), each a process of
+    its own, on 127.0.0.1."""
     pytest.importorskip("distributed")
     dask_cli = Path(sys.executable).with_name("dask")
     if not dask_cli.exists():

@@ -1,15 +1,17 @@
 """The simplify and extract stages on an external Dask cluster (``dask scheduler`` and two ``dask worker``
 processes started by the harness, as the command line starts them): outputs identical to the in-process
-run, and a worker killed mid-stage leaves a complete, identical output."""
+run, a worker killed mid-stage leaves a complete, identical output, and the extract tasks of a spec that needs
+a GPU run only on the worker that advertises one."""
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 
 import pytest
 
-from dripper_core.stages.extract import extract_stage
+from dripper_core.stages.extract import extract_stage, extract_with_spec
 from dripper_core.stages.simplify import simplify_stage
 from tests.dripper_core.stages.conftest import (  # noqa: F401 - reference_run is a fixture
     LONG_BLOCKS,
@@ -89,3 +91,34 @@ def test_worker_killed_mid_stage_leaves_a_complete_identical_output(dask_cluster
 @pytest.fixture(autouse=True)
 def _all_workers(dask_cluster):
     dask_cluster.restore()
+
+
+def test_gpu_extract_tasks_run_only_on_the_gpu_worker(dask_cluster, reference_run, tmp_path):  # noqa: F811
+    """A spec that needs a GPU (``gpu=true`` here; ``vllm``, ``torch`` on CUDA by default) asks for the
+    ``GPU`` resource: every extract task lands on ``w1``, the worker started with ``--resources GPU=1``,
+    while a CPU spec's tasks spread over both (the test above)."""
+    from distributed import Client, get_task_stream
+
+    root = tmp_path / "run"
+    shutil.copytree(f"{reference_run['root']}/simplified", root / "simplified")
+    spec = {"name": "gpu-only", "labeler": LONG_BLOCKS, "gpu": True}
+    with Client(dask_cluster.address) as client, get_task_stream(client) as stream:
+        report = extract_with_spec(str(root), spec, scheduler=dask_cluster.address, progress=False)
+        names = {address: info["name"] for address, info in client.scheduler_info()["workers"].items()}
+    assert (report.written, report.failed) == (4, {})
+    ran_on = [names.get(item["worker"]) for item in stream.data if "extracted" in item["key"]]
+    assert len(ran_on) == 4 and set(ran_on) == {"w1"}, ran_on
+    expected = comparable(reference_run["extracted"])
+    assert comparable(read_stage(str(root / "extractors" / "gpu-only"), "extracted")) == expected
+
+
+def test_a_resource_no_worker_has_runs_anywhere_and_says_so(dask_cluster, reference_run, tmp_path, caplog):  # noqa: F811
+    root = tmp_path / "run"
+    shutil.copytree(f"{reference_run['root']}/simplified", root / "simplified")
+    with caplog.at_level("WARNING", logger="dripper_core.stages.runner"):
+        report = extract_stage(
+            str(root), labeler=LONG_BLOCKS, scheduler=dask_cluster.address, progress=False,
+            task_resources={"TPU": 1},
+        )  # fmt: skip
+    assert (report.written, report.failed) == (4, {})  # not waiting forever for a TPU worker
+    assert "no worker of the cluster advertises the TPU resource" in caplog.text

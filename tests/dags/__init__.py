@@ -68,6 +68,15 @@ def dag_run_xcoms(dag_run) -> dict[tuple[str, int], object]:
         return {(row.task_id, row.map_index): xcom_value(row.value) for row in rows}
 
 
+def task_seconds(dag_run) -> str:
+    """Each task instance's run time, longest first (printed by the long DAG tests: where their time goes)."""
+    rows = [
+        (ti.duration or 0.0, ti.task_id if ti.map_index < 0 else f"{ti.task_id}[{ti.map_index}]")
+        for ti in dag_run.get_task_instances()
+    ]
+    return ", ".join(f"{name} {seconds:.0f}s" for seconds, name in sorted(rows, reverse=True))
+
+
 def xcom_value(raw):
     import json
 

@@ -21,7 +21,7 @@ SMALL_BUILD = {
     "labeler": "trafilatura",
     "refine_tasks": 1,
     "refine_workers": 1,
-    "dask_workers": 0,
+    "simplify_workers": 0,
     "extract_workers": 0,
 }
 

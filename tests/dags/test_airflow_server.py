@@ -236,7 +236,7 @@ def test_corpus_build_triggered_from_the_ui_in_chromium(chromium, airflow_server
         form.fill("refine_tasks", SMALL_BUILD["refine_tasks"])
         form.fill("refine_workers", SMALL_BUILD["refine_workers"])
         form.open_section("Storage and compute")
-        form.fill("dask_workers", SMALL_BUILD["dask_workers"])
+        form.fill("simplify_workers", SMALL_BUILD["simplify_workers"])
         form.open_section("advancedOptions")
         form.fill_run_id(run_id)
         screenshots.save("corpus_build_trigger_form")

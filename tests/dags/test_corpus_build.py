@@ -4,7 +4,6 @@ extracted → corpus → tokens, then a second run that resumes (everything alre
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -32,7 +31,7 @@ def test_corpus_build_end_to_end_then_resumes(airflow_db, corpus_build, tokenize
         "seed": 0,
         "labeler": "trafilatura",
         "storage_root": str(tmp_path / "runs"),
-        "dask_workers": 0,
+        "simplify_workers": 0,
         "extract_workers": 0,
         "refine_tasks": 2,
         "refine_workers": 1,
@@ -106,7 +105,7 @@ def test_the_cli_and_the_dag_continue_each_others_runs(
         "seed": 0,
         "labeler": "trafilatura",
         "storage_root": str(storage),
-        "dask_workers": 0,
+        "simplify_workers": 0,
         "extract_workers": 0,
         "refine_tasks": 1,
         "refine_workers": 1,
@@ -134,42 +133,3 @@ def test_the_cli_and_the_dag_continue_each_others_runs(
     assert tokens["documents"] == xcoms[("tokenize", -1)]["documents"]
     again = _cli(capsys, "extract", "--input", layout.root, "--extractor", "trafilatura")
     assert (again["written"], again["skipped"]) == (0, 1)
-
-
-def test_corpus_build_with_the_vllm_labeler_on_the_default_workers(airflow_db, corpus_build, tmp_path):
-    """The LM labeler in the data plane as a user starts it: ``labeler=vllm`` with the tiny local Qwen3 in
-    vLLM's CPU build, extract on the form's default worker count (a Dask worker process per labeler)."""
-    pytest.importorskip("vllm")
-    from tests.dags import small_crawl
-
-    model = Path(__file__).resolve().parents[2] / ".cache" / "models" / "tiny-qwen3"
-    if not (model / "config.json").exists():
-        pytest.skip(f"{model} is missing: `python scripts/make_tiny_models.py` (make install) builds it")
-    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    conf = {
-        "crawl_id": "CC-MAIN-SMALL",
-        "crawl_base": str(small_crawl(tmp_path / "crawl", 6)),
-        "warc_count": 1,
-        "labeler": "vllm",
-        "labeler_model": str(model),
-        "labeler_options": {
-            "max_model_len": 1024,
-            "dtype": "float32",
-            "enforce_eager": True,
-            "gpu_memory_utilization": 0.2,
-        },  # fmt: skip
-        "storage_root": str(tmp_path / "runs"),
-        "dask_workers": 0,
-        "refine_tasks": 1,
-        "refine_workers": 1,
-    }
-    assert "extract_workers" not in conf  # the default: 1, a LocalCluster worker
-    run = corpus_build.test(run_conf=conf)
-    states = {(ti.task_id, ti.map_index): ti.state for ti in run.get_task_instances()}
-    assert run.state == "success", states
-    extract = dag_run_xcoms(run)[("extract", -1)]
-    assert extract["labeler"] == "vllm" and extract["failed"] == {}
-    assert extract["pages_out"] > 0
-    summary = json.loads((Path(extract["output_root"]) / "_run_summary.json").read_text())
-    assert summary["stages"]["extracted"]["counters"].get("extractor:dripper:vllm", 0) > 0  # labelled by vLLM

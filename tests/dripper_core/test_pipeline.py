@@ -51,6 +51,17 @@ def test_label_failure_goes_to_trafilatura_with_reason_and_markdown():
     assert "first paragraph" in result.markdown and "first paragraph" in result.main_html
 
 
+def test_the_options_fallback_is_used_unless_the_argument_is_given():
+    """``extract(options=ExtractOptions(fallback=None))`` does not fall back (the argument's default used to
+    override the options)."""
+    unfallen = extract(ARTICLE, labeler=Failing(), options=ExtractOptions(fallback=None))
+    assert unfallen.extractor == "none" and unfallen.markdown == ""
+    assert unfallen.fallback_reason == "label_failed: model said no"
+    assert extract(ARTICLE, labeler=Failing(), options=ExtractOptions(fallback="empty")).extractor == "empty"
+    given = extract(ARTICLE, labeler=Failing(), fallback="trafilatura", options=ExtractOptions(fallback=None))
+    assert given.extractor == "trafilatura"
+
+
 def test_wrong_label_count_is_a_failure_not_a_crash():
     result = extract(ARTICLE, labeler=WrongCount(), fallback="empty")
     assert result.extractor == "empty"

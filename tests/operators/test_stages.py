@@ -124,6 +124,21 @@ def _select(root: Path, context: FakeContext | None = None, **options) -> tuple[
     return batches, context
 
 
+def test_a_whole_crawl_must_be_asked_for(tmp_path, monkeypatch):
+    """Neither a count nor a fraction: a listing past the guard is refused with the fix named (a real
+    crawl has ~100,000 files); fraction 1 asks for all of it, and a small listing is taken whole."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    import operators.snapshots
+
+    assert len(_select(tmp_path / "small", count=None)[0][0]["selection_root"]) > 0  # 4 files: taken whole
+    monkeypatch.setattr(operators.snapshots, "WHOLE_CRAWL_GUARD", 3)
+    with pytest.raises(AirflowFailException, match=r"lists 4 WARC files.*warc_count.*warc_fraction 1"):
+        _select(tmp_path / "guarded", count=None)
+    batches, context = _select(tmp_path / "all", count=None, fraction=1)
+    assert context["ti"].pushed["selection"]["warc_files"] == 4
+
+
 def test_select_plans_batches_of_shards(tmp_path):
     batches, context = _select(tmp_path)
     selection = context["ti"].pushed["selection"]

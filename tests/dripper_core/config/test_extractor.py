@@ -120,3 +120,47 @@ def test_the_module_is_light_enough_for_dag_files():
         ).stdout.strip()
         == "[]"
     )
+
+
+def test_a_labeler_given_by_its_fields_is_named_the_same_by_the_cli_and_the_dag():
+    """``dripper run extract --labeler …`` and corpus_build's labeler fields name the same configuration's
+    folder alike (``labeler_spec``), so either continues the other's run; other options, another folder."""
+    from dripper_core.config.extractor import labeler_spec
+    from operators.hooks import extractor_key
+
+    assert labeler_spec("cpu").name == "cpu" and labeler_spec("cpu").fallback == "trafilatura"
+    assert labeler_spec("cpu", fallback="none").name == "cpu-nofallback"
+    assert labeler_spec("cpu", fallback="empty", fallback_on_empty=True).name == "cpu-fb-empty-onempty"
+    vllm = labeler_spec("vllm", {"model": "/models/MinerU-HTML/", "answer_format": "json"})
+    assert vllm.name.startswith("vllm-MinerU-HTML-") and vllm.options["answer_format"] == "json"
+    assert vllm.name != labeler_spec("vllm", {"model": "/models/MinerU-HTML/"}).name
+    for fields in [
+        ("cpu",),
+        ("trafilatura", {}, None),
+        ("vllm", {"model": "/m/x", "max_model_len": 8}, "empty"),
+    ]:
+        assert extractor_key(*fields) == labeler_spec(*fields).name
+
+
+def test_a_recorded_spec_is_the_same_spec_whatever_the_placement_or_an_added_field(tmp_path):
+    """``_extractor.json`` written before ``gpu`` existed, or with another ``gpu``, makes the same pages: the
+    folder is continued; a spec that makes other pages is refused."""
+    from dripper_core.stages.extract import EXTRACTOR_FILE, record_extractor
+
+    older = {
+        "name": "cpu",
+        "labeler": "cpu",
+        "options": {},
+        "fallback": "trafilatura",
+        "fallback_on_empty": False,
+    }
+    (tmp_path / EXTRACTOR_FILE).write_text(json.dumps(older))
+    assert record_extractor(str(tmp_path), "cpu") == older
+    assert record_extractor(str(tmp_path), {"name": "cpu", "labeler": "cpu", "gpu": True}) == older
+    with pytest.raises(ValueError, match="this folder holds extractor 'cpu'"):
+        record_extractor(str(tmp_path), {"name": "cpu", "labeler": "cpu", "fallback": "empty"})
+    assert parse_extractor("g=cpu,gpu=true").needs_gpu and not parse_extractor("cpu").needs_gpu
+    assert (
+        parse_extractor("v=vllm,model=/m").needs_gpu
+        and not parse_extractor("v=vllm,model=/m,gpu=false").needs_gpu
+    )

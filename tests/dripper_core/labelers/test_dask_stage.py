@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import orphaned_vllm_processes
 from tests.dripper_core.labelers.conftest import TEST_CONTEXT, _vllm_available
 from tests.dripper_core.stages.conftest import SAMPLE_BASE, read_stage
 
@@ -60,21 +61,6 @@ def _extract_on_a_worker(root: str, out: Path, labeler: str, options: dict, monk
     return rows
 
 
-def _orphaned_vllm_processes() -> set[int]:
-    """Live vLLM engine processes whose parent is gone (reparented to init)."""
-    found = set()
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            name = (stat.parent / "cmdline").read_bytes().split(b"\0")[0]
-        except (OSError, IndexError):
-            continue
-        state, parent = fields[0], int(fields[1])
-        if name.startswith(b"VLLM::") and parent == 1 and state != "Z":
-            found.add(int(stat.parent.name))
-    return found
-
-
 def _in_process_labels(labeler, root: str) -> dict[str, list[bool]]:
     """The same pages labelled by an in-process labeler of the same kind."""
     from dripper_core.labelers.base import LabelRequest
@@ -104,11 +90,11 @@ def test_vllm_labeler_in_a_dask_worker(
         "enforce_eager": True,
         "gpu_memory_utilization": 0.2,
     }
-    orphans_before = _orphaned_vllm_processes()
+    orphans_before = orphaned_vllm_processes()
     rows = _extract_on_a_worker(small_simplified_root, tmp_path / "vllm", "vllm", options, monkeypatch)
     _check(rows, _in_process_labels(vllm_labeler, small_simplified_root), "dripper:vllm")
     # The worker closed its engine before the cluster stopped: no engine-core process is left behind.
-    assert _orphaned_vllm_processes() - orphans_before == set()
+    assert orphaned_vllm_processes() - orphans_before == set()
 
 
 def test_torch_labeler_in_a_dask_worker(

@@ -119,3 +119,45 @@ def test_client_errors_are_not_retried_and_timeouts_fail(tiny_model_dir, agreeme
         assert "ReadTimeout" in label.failure
     finally:
         slow.close()
+
+
+def _dead_url() -> str:
+    from tests.conftest import free_port
+
+    return f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+
+
+def test_several_servers_share_the_pages_and_a_dead_one_is_passed_over(tiny_model_dir, agreement_requests):
+    live, other = _FlakyServer(failures=0), _FlakyServer(failures=0)
+    dead = _dead_url()
+    try:
+        from dripper_core.labelers.openai_labeler import OpenAILabeler
+
+        both = OpenAILabeler([live.base_url, other.base_url], str(tiny_model_dir), max_model_len=TEST_CONTEXT,
+                             logprobs=0, backoff=0.01)  # fmt: skip
+        labels = both(agreement_requests[:8])
+        assert all(label.main is not None for label in labels)
+        assert live.requests > 0 and other.requests > 0  # round robin
+        with_dead = OpenAILabeler(f"{dead},{live.base_url}", str(tiny_model_dir), max_model_len=TEST_CONTEXT,
+                                  logprobs=0, backoff=0.01, max_retries=0, max_concurrency=1)  # fmt: skip
+        labels = with_dead(agreement_requests[:8])
+        assert all(label.main is not None and label.failure is None for label in labels)
+        stats = with_dead.endpoint_stats
+        assert stats[dead]["answers"] == 0 and stats[dead]["failures"] == 1  # set aside after one refusal
+        assert stats[live.base_url]["answers"] == len(with_dead.planner.plan(agreement_requests[:8])[0])
+    finally:
+        live.close()
+        other.close()
+
+
+def test_a_dead_server_beside_a_live_vllm_server_changes_no_label(
+    vllm_server, agreement_requests, openai_labels
+):
+    from dripper_core.labelers.openai_labeler import OpenAILabeler
+
+    vllm_server.wait()
+    dead = _dead_url()
+    labeler = OpenAILabeler([dead, vllm_server.base_url], vllm_server.model, max_model_len=TEST_CONTEXT)
+    labels = labeler(agreement_requests)
+    assert [label.main for label in labels] == [label.main for label in openai_labels]
+    assert labeler.endpoint_stats[dead]["answers"] == 0 and labeler.endpoint_stats[dead]["failures"] >= 1
