@@ -12,9 +12,7 @@ site share a template, and a model tested on a site it was trained on is judged 
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import json
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
@@ -97,13 +95,11 @@ class TrainingSet:
 
 
 def iter_records(path: str | Path) -> Iterator[dict]:
-    """The JSON records of a dev-format JSONL file (plain or gzip)."""
-    path = Path(path)
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as lines:
-        for line in lines:
-            if line.strip():
-                yield json.loads(line)
+    """The JSON records of a dev-format JSONL file (plain or gzip): the project's one reader
+    (:func:`dripper_core.io.jsonl.iter_json_records`), which names the file and line of any damage."""
+    from dripper_core.io.jsonl import iter_json_records
+
+    yield from iter_json_records(path)
 
 
 def _registrable(host: str) -> str:
