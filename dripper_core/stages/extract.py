@@ -237,7 +237,10 @@ def _made_alike(existing: dict[str, Any], wanted: dict[str, Any]) -> bool:
         existing = parse_extractor(existing).to_dict()
     except ExtractorSpecError:
         return False
-    return {k: v for k, v in existing.items() if k != "gpu"} == {k: v for k, v in wanted.items() if k != "gpu"}
+    placement = {"gpu"}
+    return {k: v for k, v in existing.items() if k not in placement} == {
+        k: v for k, v in wanted.items() if k not in placement
+    }
 
 
 # -- one shard ---------------------------------------------------------------------------------------------
