@@ -23,20 +23,13 @@ from __future__ import annotations
 import gzip
 import json
 import posixpath
-import re
 import uuid
 from typing import Any
 
+from dripper_core.config.extractor import slug
 from operators.storage import DEFAULT_AWS_CONN_ID, storage_options_for
 
 __all__ = ["RunStorageHook", "extractor_key", "selection_key", "slug"]
-
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
-
-
-def slug(text: str, limit: int = 48) -> str:
-    """A path-safe name: runs of other characters become ``-``."""
-    return _UNSAFE.sub("-", str(text)).strip("-.")[:limit] or "x"
 
 
 def selection_key(

@@ -8,7 +8,6 @@ from dripper_core.config.settings import StageConfig, setting
 
 #: The extractor for pages the labeler cannot label.
 DEFAULT_FALLBACK = "trafilatura"
-FALLBACKS = ("trafilatura", "empty", "none")
 
 
 class ExtractStageConfig(StageConfig):

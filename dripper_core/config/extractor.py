@@ -278,7 +278,8 @@ def check_labeler_options(specs: Sequence[ExtractorSpec]) -> None:
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
-def _slug(text: str, limit: int = 48) -> str:
+def slug(text: str, limit: int = 48) -> str:
+    """A path-safe name: runs of other characters become ``-``."""
     return _UNSAFE.sub("-", str(text)).strip("-.")[:limit] or "x"
 
 
@@ -296,14 +297,14 @@ def labeler_spec(
     """
     fallback = None if fallback in (None, "", "none") else str(fallback)
     rest = dict(options or {})
-    parts = [_slug(labeler.replace(":", "-"))]
+    parts = [slug(labeler.replace(":", "-"))]
     model = rest.pop("model", None)
     if model:
-        parts.append(_slug(posixpath.basename(str(model).rstrip("/")) or str(model)))
+        parts.append(slug(posixpath.basename(str(model).rstrip("/")) or str(model)))
     if fallback is None:
         parts.append("nofallback")
     elif fallback != DEFAULT_FALLBACK:
-        parts.append(f"fb-{_slug(fallback)}")
+        parts.append(f"fb-{slug(fallback)}")
     if fallback_on_empty:
         parts.append("onempty")
     if rest or model:

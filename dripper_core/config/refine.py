@@ -2,24 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from dripper_core.config.settings import StageConfig, setting
 
-#: The refinement steps in pipeline order (``dripper_core.refine.steps.STEP_ORDER`` without ``tokenize``,
-#: its own stage; a test keeps them in sync).
-REFINE_STEPS = (
-    "url_dedup",
-    "language",
-    "gopher_repetition",
-    "gopher_quality",
-    "c4_quality",
-    "fineweb_quality",
-    "minhash",
-    "pii",
-)
-DEFAULT_REFINE_STEPS = REFINE_STEPS[1:]  # all but url_dedup
-
+#: A refinement step, in pipeline order (``dripper_core.refine.steps.STEP_ORDER`` is these and ``tokenize``,
+#: its own stage here).
 RefineStep = Literal[
     "url_dedup",
     "language",
@@ -30,6 +18,8 @@ RefineStep = Literal[
     "minhash",
     "pii",
 ]
+REFINE_STEPS: tuple[str, ...] = get_args(RefineStep)
+DEFAULT_REFINE_STEPS = REFINE_STEPS[1:]  # all but url_dedup
 
 
 class RefineStageConfig(StageConfig):

@@ -39,6 +39,8 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from dripper_core.config.refine import DEFAULT_REFINE_STEPS, REFINE_STEPS
+
 __all__ = [
     "DEFAULT_STEPS",
     "STEP_ORDER",
@@ -249,26 +251,9 @@ class StepSpec:
     rewrites_text: bool = False
 
 
-STEP_ORDER: tuple[str, ...] = (
-    "url_dedup",
-    "language",
-    "gopher_repetition",
-    "gopher_quality",
-    "c4_quality",
-    "fineweb_quality",
-    "minhash",
-    "pii",
-    "tokenize",
-)
-DEFAULT_STEPS: tuple[str, ...] = (
-    "language",
-    "gopher_repetition",
-    "gopher_quality",
-    "c4_quality",
-    "fineweb_quality",
-    "minhash",
-    "pii",
-)
+# The names are the refine stage config's (``dripper_core.config.refine``, which DAG files read at parse time).
+STEP_ORDER: tuple[str, ...] = (*REFINE_STEPS, "tokenize")
+DEFAULT_STEPS: tuple[str, ...] = DEFAULT_REFINE_STEPS
 
 STEP_REGISTRY: dict[str, StepSpec] = {
     spec.name: spec
