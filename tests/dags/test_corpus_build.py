@@ -133,3 +133,36 @@ def test_the_cli_and_the_dag_continue_each_others_runs(
     assert tokens["documents"] == xcoms[("tokenize", -1)]["documents"]
     again = _cli(capsys, "extract", "--input", layout.root, "--extractor", "trafilatura")
     assert (again["written"], again["skipped"]) == (0, 1)
+
+
+def test_the_simplify_fields_of_the_form_reach_the_simplify_tasks(airflow_db, corpus_build, tmp_path):
+    """``warcs_per_shard``, ``simplify_max_page_bytes`` and ``simplify_max_payload_bytes`` from the trigger
+    conf: one shard of two WARC files, large pages marked too_large, large payloads dropped unread."""
+    from tests.dripper_core.stages.conftest import read_stage
+
+    conf = {
+        "crawl_id": "CC-MAIN-SAMPLE",
+        "crawl_base": str(SAMPLE),
+        "warc_count": 2,
+        "warcs_per_shard": 2,
+        "labeler": "trafilatura",
+        "storage_root": str(tmp_path / "runs"),
+        "simplify_workers": 0,
+        "simplify_max_page_bytes": 30_000,
+        "simplify_max_payload_bytes": 200_000,
+        "extract_workers": 0,
+        "refine_tasks": 1,
+        "refine_workers": 1,
+    }
+    run = corpus_build.test(run_conf=conf)
+    assert run.state == "success"
+    selection = Path(dag_run_xcoms(run)[("select_warcs", -1)][0]["selection_root"])
+    assert selection.name == "n2-seed0-w2"
+    plan = json.loads((selection / "_selection.json").read_text())
+    assert plan["warcs_per_shard"] == 2 and len(plan["shards"]) == 1 and len(plan["shards"][0]) == 2
+    rows = read_stage(str(selection), "simplified")
+    assert rows and all(len(row["html"].encode()) <= 200_000 for row in rows if row.get("html"))
+    large = [row for row in rows if (row.get("status") or "").startswith("too_large")]
+    assert large and all(row["html"] == "" for row in large)  # an input problem: not kept, not labelled
+    summary = json.loads((selection / "_run_summary.json").read_text())
+    assert summary["stages"]["simplified"]["dropped"].get("too_large", 0) > 0  # payloads over 200 kB
