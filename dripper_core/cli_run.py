@@ -324,18 +324,15 @@ def run_pretrain_stage(args: argparse.Namespace) -> int:
     run = args.run or default_train_run(stage.model, stage.train_steps)
     tokenizer = _tokenizer(args)
     tokenizer = os.path.dirname(tokenizer) if os.path.isfile(tokenizer) else tokenizer
-    train = ["train", "--out-dir", folder.pretrain(run), "--data", folder.tokens, "--tokenizer", tokenizer,
-             "--model", stage.model, "--train-steps", str(stage.train_steps), "--device", stage.device,
-             "--save-interval", str(stage.eval_every), "--keep-checkpoints", "0", *stage.arguments]  # fmt: skip
-    if stage.nproc > 1:  # data parallel: torchrun starts the ranks
-        launcher = ["torchrun", "--standalone", "--nproc-per-node", str(stage.nproc), "-m", "pretrain"]
-        code = subprocess.run([*launcher, *train], check=False).returncode
+    train = stage.train_arguments(folder.pretrain(run), folder.tokens, tokenizer)
+    launcher = stage.launcher()
+    if launcher:  # data parallel: torchrun starts the ranks
+        code = subprocess.run([*launcher, "pretrain", *train], check=False).returncode
     else:
         code = pretrain_main(train)
     if code:
         return code
-    return pretrain_main(["export", "--checkpoint", folder.pretrain(run), "--out", folder.hf_checkpoints(run),
-                          "--every-checkpoint"])  # fmt: skip
+    return pretrain_main(stage.export_arguments(folder.pretrain(run), folder.hf_checkpoints(run)))
 
 
 def run_evaluate_stage(args: argparse.Namespace) -> int:

@@ -10,8 +10,11 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
+from dripper_core.config.pretrain import PretrainStageConfig
 from operators.hooks import RunStorageHook
 from operators.storage import DEFAULT_AWS_CONN_ID
+
+_PRETRAIN = PretrainStageConfig()
 
 # -- long jobs in their own processes ----------------------------------------------------------------------
 
@@ -152,8 +155,11 @@ class PretrainOperator(ModuleJobOperator):
     with ``nproc`` > 1), then export it to Hugging Face format (``python -m pretrain export``).
 
     ``tokens``: the tokenize task's output (a dict with ``tokens`` and ``root``) or a tokens folder. The run
-    folder is ``{root}/pretrain/{run_name}``; training resumes from its latest checkpoint.
-    Returns ``{"run_dir", "hf_dir", "train": …, "export": …}``.
+    folder is ``{root}/pretrain/{run_name}``; training resumes from its latest checkpoint. The training
+    fields (``model``, ``train_steps``, ``eval_every``, ``device``, ``nproc``, ``extra_arguments``) are
+    :class:`~dripper_core.config.pretrain.PretrainStageConfig`'s, with its defaults and checks, and the same
+    command lines as ``dripper run pretrain``: a checkpoint every ``eval_every`` steps, each exported to
+    ``hf-checkpoints/``. Returns ``{"run_dir", "hf_dir", "checkpoints", "train": …, "export": …}``.
 
     ``run_on="slurm"`` runs the training as a Slurm job instead (:func:`operators.slurm.submit_pretrain`):
     ``slurm`` holds :class:`pretrain.slurm.SlurmJobConfig`'s fields (``nodes``, ``gpus_per_node``,
@@ -182,13 +188,13 @@ class PretrainOperator(ModuleJobOperator):
         *,
         tokens: Any,
         tokenizer: Any,
-        model: Any = "tiny",
-        train_steps: Any = 20,
-        device: Any = "auto",
-        nproc: Any = 1,
+        model: Any = _PRETRAIN.model,
+        train_steps: Any = _PRETRAIN.train_steps,
+        device: Any = _PRETRAIN.device,
+        nproc: Any = _PRETRAIN.nproc,
         extra_arguments: Any = (),
         run_name: Any = None,
-        eval_every: Any = None,
+        eval_every: Any = _PRETRAIN.eval_every,
         run_on: Any = "local",
         slurm: Any = None,
         **kwargs,
@@ -227,33 +233,13 @@ class PretrainOperator(ModuleJobOperator):
         from dripper_core.layout import ExtractorLayout
         from eval.ablation import default_train_run
 
+        stage = self.stage_config()
         run_dir = ExtractorLayout(root).pretrain(
-            str(self.run_name or default_train_run(self.model, self.train_steps))
+            str(self.run_name or default_train_run(stage.model, stage.train_steps))
         )
-        if int(self.nproc) > 1 and self.run_on == "local":
-            self.launcher = ["torchrun", "--standalone", "--nproc-per-node", str(int(self.nproc)), "-m"]
-        self.arguments = [
-            "train",
-            "--out-dir",
-            run_dir,
-            "--data",
-            tokens,
-            "--tokenizer",
-            tokenizer,
-            "--model",
-            self.model,
-            "--train-steps",
-            int(self.train_steps),
-            "--device",
-            self.device,
-            # Every eval_every steps a checkpoint, all kept: each is scored (scores over training).
-            *(
-                ["--save-interval", int(self.eval_every), "--keep-checkpoints", 0]
-                if self.eval_every not in (None, "")
-                else []
-            ),
-            *(self.extra_arguments or []),
-        ]
+        if self.run_on == "local":
+            self.launcher = stage.launcher()
+        self.arguments = stage.train_arguments(run_dir, tokens, tokenizer)
         if self.run_on == "slurm":
             from operators.slurm import submit_pretrain
 
@@ -275,22 +261,37 @@ class PretrainOperator(ModuleJobOperator):
         on_kill_cancel(self)
         super().on_kill()
 
+    def stage_config(self) -> PretrainStageConfig:
+        """The rendered fields as a :class:`~dripper_core.config.pretrain.PretrainStageConfig` (checked)."""
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from dripper_core.config.settings import StageConfigError
+
+        try:
+            return PretrainStageConfig.parse(
+                model=self.model,
+                train_steps=self.train_steps,
+                eval_every=self.eval_every,
+                device=self.device,
+                nproc=self.nproc,
+                arguments=[str(argument) for argument in self.extra_arguments or ()],
+            )
+        except StageConfigError as error:
+            raise AirflowFailException(f"{self.task_id}: {error}") from None
+
     def _export(self, context: Any, run_dir: str, root: str, train: Any) -> dict[str, Any]:
         import os
 
-        self.launcher = None
-        if self.eval_every not in (None, ""):
-            from dripper_core.layout import ExtractorLayout
+        from dripper_core.layout import ExtractorLayout
 
-            hf_root = ExtractorLayout(root).hf_checkpoints(os.path.basename(run_dir.rstrip("/")))
-            self.arguments = ["export", "--checkpoint", run_dir, "--out", hf_root, "--every-checkpoint"]
-        else:
-            self.arguments = ["export", "--checkpoint", run_dir, "--out", os.path.join(run_dir, "hf")]
+        self.launcher = None
+        hf_root = ExtractorLayout(root).hf_checkpoints(os.path.basename(run_dir.rstrip("/")))
+        self.arguments = PretrainStageConfig.export_arguments(run_dir, hf_root)
         export = super().execute(context)
         checkpoints = [item["out"] for item in (export["result"] or {}).get("checkpoints") or []]
         return {
             "run_dir": run_dir,
-            "hf_dir": checkpoints[-1] if checkpoints else os.path.join(run_dir, "hf"),
+            "hf_dir": checkpoints[-1] if checkpoints else hf_root,
             "checkpoints": checkpoints,
             "root": root,
             "train": train,

@@ -47,3 +47,28 @@ class PretrainStageConfig(StageConfig):
         title="More training options",
         cli=False,
     )
+
+    def train_arguments(self, out_dir: str, tokens: str, tokenizer: str) -> list[str]:
+        """``python -m pretrain train`` flags: every ``eval_every`` steps a checkpoint, all kept (each is scored).
+
+        Args:
+            out_dir: The run folder (``pretrain/{run}``); training resumes from its latest checkpoint.
+            tokens: The tokens folder.
+            tokenizer: The tokenizer's folder.
+        """
+        return [
+            "train", "--out-dir", out_dir, "--data", tokens, "--tokenizer", tokenizer,
+            "--model", self.model, "--train-steps", str(self.train_steps), "--device", self.device,
+            "--save-interval", str(self.eval_every), "--keep-checkpoints", "0", *self.arguments,
+        ]  # fmt: skip
+
+    def launcher(self) -> list[str] | None:
+        """``torchrun`` on this machine when ``nproc`` > 1 (data parallel), else ``None`` (one process)."""
+        if self.nproc <= 1:
+            return None
+        return ["torchrun", "--standalone", "--nproc-per-node", str(self.nproc), "-m"]
+
+    @staticmethod
+    def export_arguments(run_dir: str, hf_root: str) -> list[str]:
+        """``python -m pretrain export`` flags: every checkpoint of the run, in Hugging Face format."""
+        return ["export", "--checkpoint", run_dir, "--out", hf_root, "--every-checkpoint"]

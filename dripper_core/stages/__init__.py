@@ -24,7 +24,7 @@ _EXPORTS = {
     "summarize_stage": "shards",
     "write_run_summary": "shards",
     "STAGE_ORDER": "runner",
-    "ShardInputsChanged": "runner",
+    "ShardInputsChanged": "shards",
     "ShardTask": "runner",
     "StageError": "runner",
     "StageReport": "runner",

@@ -19,14 +19,14 @@ import posixpath
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dripper_core.io.storage import filesystem_for
 from dripper_core.stages.shards import (
     RUN_SUMMARY_NAME,
-    ShardAccountingError,
+    ShardInputsChanged,
     ShardResult,
     ShardStats,
     ShardWriter,
@@ -53,10 +53,6 @@ log = logging.getLogger(__name__)
 
 #: Stage folders in pipeline order (the run summary lists them in this order).
 STAGE_ORDER = ("simplified", "extracted")
-
-
-class ShardInputsChanged(ValueError):
-    """A shard's marker records other inputs than the run now plans for it (a run root reused)."""
 
 
 class StageError(RuntimeError):
@@ -116,39 +112,6 @@ class StageReport:
 # -- one shard, streamed ----------------------------------------------------------------------------------
 
 
-def _check_same_inputs(marker: dict[str, Any], marker_extra: dict[str, Any] | None, where: str) -> None:
-    if not marker_extra or "inputs" not in marker_extra or "inputs" not in marker:
-        return
-    if list(marker["inputs"]) != list(marker_extra["inputs"]):
-        raise ShardInputsChanged(
-            f"{where} is done from inputs {marker['inputs'][:3]} but this run plans {marker_extra['inputs'][:3]} "
-            "for it; write to a new --output root, keep the same input selection, or pass --force"
-        )
-
-
-def _discard(handle: Any, writer: ShardWriter, target: str) -> None:
-    # s3fs and other buffered object-store files can abort their upload; local temp files are removed.
-    with suppress(Exception):  # cleanup must not hide the error that got us here
-        if hasattr(handle, "discard") and not writer.local:
-            handle.discard()
-        handle.close()
-    if writer.local:
-        with suppress(Exception):
-            writer.fs.rm_file(target)
-
-
-def _writer(stage_dir: str, storage_options: dict[str, Any] | None, compression: str = "zstd") -> ShardWriter:
-    root, _, stage = str(stage_dir).rstrip("/").rpartition("/")
-    return ShardWriter(root or ".", stage, storage_options, compression)
-
-
-def _skipped(writer: ShardWriter, shard_index: int, marker_extra: dict[str, Any] | None) -> ShardResult:
-    marker = writer.read_marker(shard_index)
-    _check_same_inputs(marker, marker_extra, f"{writer.stage}/{shard_name(shard_index)}")
-    stats = ShardStats.from_dict(marker.get("stats", {}))
-    return ShardResult(shard_index, "skipped", writer.url(writer.shard_path(shard_index)), stats)
-
-
 def run_streaming_shard(
     stage_dir: str,
     shard_index: int,
@@ -160,59 +123,13 @@ def run_streaming_shard(
     marker_extra: dict[str, Any] | None = None,
     compression: str = "zstd",
 ) -> ShardResult:
-    """Compute and publish one shard whose rows are written as they are produced.
+    """Compute and publish one shard of ``{root}/{stage}`` whose rows are written as they are produced.
 
-    Args:
-        stage_dir: ``{root}/{stage}``.
-        shard_index: The shard's number.
-        schema: The parquet schema of every batch.
-        produce: Called with the shard's (empty) :class:`ShardStats`, which it fills in; yields record
-            batches (one row group each). Called only when the shard is not done.
-        storage_options: fsspec options of the run root.
-        force: Recompute even if the marker exists.
-        marker_extra: More marker fields; ``inputs`` (a list) is compared with a finished shard's and a
-            difference raises :class:`ShardInputsChanged` instead of silently skipping.
-        compression: Parquet codec.
-
-    The data goes to ``_tmp/`` and is renamed into place on local filesystems, or is uploaded under its
-    final name on object stores (an upload becomes visible only when complete); the marker is written last.
-    The accounting is checked before anything is published (:class:`ShardAccountingError`).
+    :meth:`ShardWriter.publish` on the stage folder, with the schema given up front (see there for
+    ``produce``, ``force``, ``marker_extra`` and how the data and marker are published).
     """
-    import pyarrow.parquet as pq
-
-    writer = _writer(stage_dir, storage_options, compression)
-    where = f"{writer.stage}/{shard_name(shard_index)}"
-    if writer.is_done(shard_index):
-        if not force:
-            return _skipped(writer, shard_index, marker_extra)
-        # Unpublish first: a crash while rewriting must not leave the old marker over new data.
-        writer.fs.rm_file(writer.marker_path(shard_index))
-    writer.fs.makedirs(writer.stage_path, exist_ok=True)
-    final_path = writer.shard_path(shard_index)
-    target = writer._tmp_path(final_path) if writer.local else final_path
-    stats = ShardStats()
-    started = time.perf_counter()
-    rows = 0
-    handle = writer.fs.open(target, "wb")
-    try:
-        with pq.ParquetWriter(handle, schema, compression=compression) as parquet:
-            for batch in produce(stats):
-                if batch.num_rows:
-                    parquet.write_batch(batch)
-                    rows += batch.num_rows
-        if not stats.seconds:
-            stats.seconds = time.perf_counter() - started
-        stats.check(where)
-        if rows != stats.rows_out:
-            raise ShardAccountingError(f"{where}: {rows} rows written but stats.rows_out={stats.rows_out}")
-    except BaseException:
-        _discard(handle, writer, target)
-        raise
-    handle.close()
-    if writer.local:
-        writer.fs.mv(target, final_path)
-    writer.write_marker(shard_index, stats, marker_extra)
-    return ShardResult(shard_index, "written", writer.url(final_path), stats)
+    writer = ShardWriter.for_stage_dir(stage_dir, storage_options, compression)
+    return writer.publish(shard_index, produce, schema=schema, force=force, marker_extra=marker_extra)
 
 
 # -- many shards -------------------------------------------------------------------------------------------
@@ -360,11 +277,11 @@ def _finished_before(tasks: Sequence[ShardTask]) -> dict[int, ShardResult]:
         if task.stage_dir is None:
             continue
         if task.stage_dir not in writers:
-            writer = _writer(task.stage_dir, task.storage_options)
+            writer = ShardWriter.for_stage_dir(task.stage_dir, task.storage_options)
             writers[task.stage_dir] = (writer, set(writer.done_shards()))
         writer, finished = writers[task.stage_dir]
         if task.shard_index in finished:
-            done[task.shard_index] = _skipped(writer, task.shard_index, task.marker_extra)
+            done[task.shard_index] = writer.skipped(task.shard_index, task.marker_extra)
     return done
 
 

@@ -32,7 +32,8 @@ import re
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -46,6 +47,7 @@ __all__ = [
     "RUN_SUMMARY_NAME",
     "STAGE_SUMMARY_NAME",
     "ShardAccountingError",
+    "ShardInputsChanged",
     "ShardResult",
     "ShardStats",
     "ShardWriter",
@@ -201,6 +203,14 @@ class ShardWriter:
         self.stage_path = posixpath.join(self.root_path, stage)
         self.local = is_local(self.root)
 
+    @classmethod
+    def for_stage_dir(
+        cls, stage_dir: str, storage_options: dict[str, Any] | None = None, compression: str = "zstd"
+    ) -> ShardWriter:
+        """The writer of ``{root}/{stage}``."""
+        root, stage = _split(stage_dir)
+        return cls(root, stage, storage_options, compression)
+
     # -- names ---------------------------------------------------------------------------------------
     def shard_path(self, shard_index: int) -> str:
         return posixpath.join(self.stage_path, shard_name(shard_index))
@@ -255,21 +265,6 @@ class ShardWriter:
         self.fs.makedirs(tmp_dir, exist_ok=True)
         return posixpath.join(tmp_dir, f"{posixpath.basename(final_path)}.{uuid.uuid4().hex}.tmp")
 
-    def write_table(self, shard_index: int, table: pa.Table) -> str:
-        """Write the shard's parquet and publish it under its final name (no marker)."""
-        pq = _require_pyarrow_parquet()
-        final_path = self.shard_path(shard_index)
-        if self.local:
-            tmp = self._tmp_path(final_path)
-            with self.fs.open(tmp, "wb") as f:
-                pq.write_table(table, f, compression=self.compression)
-            self.fs.mv(tmp, final_path)
-        else:
-            self.fs.makedirs(self.stage_path, exist_ok=True)
-            with self.fs.open(final_path, "wb") as f:
-                pq.write_table(table, f, compression=self.compression)
-        return final_path
-
     def write_marker(self, shard_index: int, stats: ShardStats, extra: dict[str, Any] | None = None) -> str:
         """Publish the shard's marker: from now on the shard is done."""
         marker = {
@@ -294,27 +289,100 @@ class ShardWriter:
         force: bool = False,
         marker_extra: dict[str, Any] | None = None,
     ) -> ShardResult:
-        """Compute and publish one shard unless its marker exists (see :func:`run_shard`)."""
-        if not force and self.is_done(shard_index):
-            stats = ShardStats.from_dict(self.read_marker(shard_index).get("stats", {}))
-            return ShardResult(shard_index, "skipped", self.url(self.shard_path(shard_index)), stats)
-        started = time.perf_counter()
-        table, stats = compute()
-        if not stats.seconds:
-            stats.seconds = time.perf_counter() - started
+        """Compute and publish one shard held in memory unless its marker exists (see :func:`run_shard`)."""
+
+        def produce(stats: ShardStats) -> Iterator[pa.Table]:
+            table, computed = compute()
+            stats.merge(computed)
+            yield table
+
+        return self.publish(shard_index, produce, force=force, marker_extra=marker_extra)
+
+    def publish(
+        self,
+        shard_index: int,
+        produce: Callable[[ShardStats], Iterable[pa.RecordBatch | pa.Table]],
+        *,
+        schema: pa.Schema | None = None,
+        force: bool = False,
+        marker_extra: dict[str, Any] | None = None,
+    ) -> ShardResult:
+        """Compute and publish one shard, its rows written as they are produced: the one publishing path.
+
+        Args:
+            shard_index: The shard's number.
+            produce: Called with the shard's (empty) :class:`ShardStats`, which it fills in; yields record
+                batches or tables (a row group or more each). Called only when the shard is not done.
+            schema: The parquet schema; ``None`` takes the first batch's (``produce`` must then yield one,
+                empty or not).
+            force: Recompute even if the marker exists.
+            marker_extra: More marker fields; ``inputs`` (a list) is compared with a finished shard's and a
+                difference raises :class:`ShardInputsChanged` instead of silently skipping.
+
+        The data goes to ``_tmp/`` and is renamed into place on local filesystems, or is uploaded under its
+        final name on object stores (an upload becomes visible only when complete); the marker is written
+        last. The accounting is checked before anything is published (:class:`ShardAccountingError`).
+        """
+        pq = _require_pyarrow_parquet()
         where = f"{self.stage}/{shard_name(shard_index)}"
-        stats.check(where)
-        if table.num_rows != stats.rows_out:
-            raise ShardAccountingError(
-                f"{where}: the table has {table.num_rows} rows but stats.rows_out={stats.rows_out}"
-            )
-        if force and self.is_done(shard_index):
+        if self.is_done(shard_index):
+            if not force:
+                return self.skipped(shard_index, marker_extra)
             # Unpublish first: a crash while rewriting must not leave the old marker over new data.
             self.fs.rm_file(self.marker_path(shard_index))
         self.fs.makedirs(self.stage_path, exist_ok=True)
-        self.write_table(shard_index, table)
+        final_path = self.shard_path(shard_index)
+        target = self._tmp_path(final_path) if self.local else final_path
+        stats = ShardStats()
+        started = time.perf_counter()
+        rows = 0
+        handle = self.fs.open(target, "wb")
+        parquet = None
+        try:
+            for batch in produce(stats):
+                if parquet is None:
+                    parquet = pq.ParquetWriter(handle, schema or batch.schema, compression=self.compression)
+                if batch.num_rows:
+                    parquet.write(batch)
+                    rows += batch.num_rows
+            if parquet is None:
+                if schema is None:
+                    raise ValueError(f"{where}: produce yielded nothing and no schema was given")
+                parquet = pq.ParquetWriter(handle, schema, compression=self.compression)
+            parquet.close()
+            if not stats.seconds:
+                stats.seconds = time.perf_counter() - started
+            stats.check(where)
+            if rows != stats.rows_out:
+                raise ShardAccountingError(
+                    f"{where}: {rows} rows written but stats.rows_out={stats.rows_out}"
+                )
+        except BaseException:
+            self._discard(handle, target)
+            raise
+        handle.close()
+        if self.local:
+            self.fs.mv(target, final_path)
         self.write_marker(shard_index, stats, marker_extra)
-        return ShardResult(shard_index, "written", self.url(self.shard_path(shard_index)), stats)
+        return ShardResult(shard_index, "written", self.url(final_path), stats)
+
+    def skipped(self, shard_index: int, marker_extra: dict[str, Any] | None = None) -> ShardResult:
+        """The result of a finished shard, from its marker (inputs checked as :meth:`publish` says)."""
+        marker = self.read_marker(shard_index)
+        _check_same_inputs(marker, marker_extra, f"{self.stage}/{shard_name(shard_index)}")
+        stats = ShardStats.from_dict(marker.get("stats", {}))
+        return ShardResult(shard_index, "skipped", self.url(self.shard_path(shard_index)), stats)
+
+    def _discard(self, handle: Any, target: str) -> None:
+        # Buffered object-store files (s3fs) abort their upload; then the target is removed (a local temp
+        # file, or an object under its final name that no marker covers).
+        aborted = not self.local and hasattr(handle, "discard")
+        with suppress(Exception):  # cleanup must not hide the error that got us here
+            if aborted:
+                handle.discard()
+            handle.close()
+        with suppress(Exception):  # also after an abort: an unmarked object of an earlier attempt may remain
+            self.fs.rm_file(target)
 
     def summarize(self, expected_shards: int | None = None, write: bool = True) -> dict[str, Any]:
         """Roll the stage's markers up (see :func:`summarize_stage`)."""
@@ -344,6 +412,20 @@ class ShardWriter:
                 posixpath.join(self.stage_path, STAGE_SUMMARY_NAME),
             )
         return summary
+
+
+class ShardInputsChanged(ValueError):
+    """A shard's marker records other inputs than the run now plans for it (a run root reused)."""
+
+
+def _check_same_inputs(marker: dict[str, Any], marker_extra: dict[str, Any] | None, where: str) -> None:
+    if not marker_extra or "inputs" not in marker_extra or "inputs" not in marker:
+        return
+    if list(marker["inputs"]) != list(marker_extra["inputs"]):
+        raise ShardInputsChanged(
+            f"{where} is done from inputs {marker['inputs'][:3]} but this run plans {marker_extra['inputs'][:3]} "
+            "for it; write to a new --output root, keep the same input selection, or pass --force"
+        )
 
 
 def _require_pyarrow_parquet() -> Any:
@@ -390,21 +472,18 @@ def run_shard(
     Raises:
         ShardAccountingError: the stats do not balance or do not match the table; nothing is published.
     """
-    root, stage = _split(stage_dir)
-    writer = ShardWriter(root, stage, storage_options)
+    writer = ShardWriter.for_stage_dir(stage_dir, storage_options)
     return writer.run(shard_index, compute, force=force, marker_extra=marker_extra)
 
 
 def list_done_shards(stage_dir: str, storage_options: dict[str, Any] | None = None) -> list[int]:
     """Indices of the finished shards of ``{root}/{stage}`` (those with a marker), ascending."""
-    root, stage = _split(stage_dir)
-    return ShardWriter(root, stage, storage_options).done_shards()
+    return ShardWriter.for_stage_dir(stage_dir, storage_options).done_shards()
 
 
 def done_shard_paths(stage_dir: str, storage_options: dict[str, Any] | None = None) -> list[str]:
     """The parquet files of the finished shards (URLs for object stores), in shard order."""
-    root, stage = _split(stage_dir)
-    writer = ShardWriter(root, stage, storage_options)
+    writer = ShardWriter.for_stage_dir(stage_dir, storage_options)
     return [writer.url(writer.shard_path(i)) for i in writer.done_shards()]
 
 
@@ -420,8 +499,7 @@ def summarize_stage(
     With ``expected_shards``, also lists the missing shards and says whether the stage is complete.
     With ``write`` (default), the summary is also stored as ``{stage_dir}/_summary.json``.
     """
-    root, stage = _split(stage_dir)
-    return ShardWriter(root, stage, storage_options).summarize(expected_shards, write=write)
+    return ShardWriter.for_stage_dir(stage_dir, storage_options).summarize(expected_shards, write=write)
 
 
 def write_run_summary(

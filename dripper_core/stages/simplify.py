@@ -391,7 +391,7 @@ def simplify_shard(
 ) -> ShardResult:
     """Simplify the pages of ``warc_files`` into ``{root}/simplified/part-{shard_index:05d}.parquet``.
 
-    Skipped when the shard's marker exists (raises :class:`~dripper_core.stages.runner.ShardInputsChanged`
+    Skipped when the shard's marker exists (raises :class:`~dripper_core.stages.shards.ShardInputsChanged`
     if it was made from other files). Runs anywhere: in-process or as a Dask task.
     """
     options = options or SimplifyStageOptions()

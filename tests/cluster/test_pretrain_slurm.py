@@ -24,7 +24,7 @@ STEPS = 8
 #: The tiny CPU run of tests/pretrain/test_parallel_cpu.py: 2 data-parallel ranks, gloo.
 TINY_ARGUMENTS = [
     "--micro-batch-size", "2", "--global-batch-size", "8", "--lr", "5e-3", "--min-lr", "5e-4",
-    "--warmup-steps", "2", "--save-interval", "2", "--keep-checkpoints", "0", "--precision", "fp32",
+    "--warmup-steps", "2", "--precision", "fp32",
 ]  # fmt: skip
 
 
@@ -139,7 +139,8 @@ def test_sbatch_script_for_a_4_node_8_gpu_1b_run(tmp_path, monkeypatch):
     assert module_args == [
         "-m", "pretrain", "train", "--out-dir", str(run_dir), "--data", str(tokens),
         "--tokenizer", "/models/tokenizer", "--model", "llama-1b", "--train-steps", "60000",
-        "--device", "cuda", "--precision", "bf16", "--micro-batch-size", "8", "--global-batch-size", "512",
+        "--device", "cuda", "--save-interval", "10", "--keep-checkpoints", "0",
+        "--precision", "bf16", "--micro-batch-size", "8", "--global-batch-size", "512",
     ]  # fmt: skip
 
 
@@ -168,6 +169,7 @@ def tiny_operator(corpus, root: Path, run_name: str, partition: str) -> Pretrain
         tokenizer=str(corpus.tokenizer),
         model="tiny",
         train_steps=STEPS,
+        eval_every=2,  # a checkpoint every 2 steps, all kept: what a cancelled job resumes from
         device="cpu",
         nproc=2,
         run_name=run_name,

@@ -139,7 +139,7 @@ def test_python_api_defaults_are_the_configs():
 
 def test_operators_default_to_the_configs():
     from operators.corpus import ExtractOperator, RefineOperator, SimplifyBatchOperator, TokenizeOperator
-    from operators.jobs import EvaluateOperator
+    from operators.jobs import EvaluateOperator, PretrainOperator
 
     for operator, config in [
         (SimplifyBatchOperator, SimplifyStageConfig),
@@ -147,6 +147,7 @@ def test_operators_default_to_the_configs():
         (RefineOperator, RefineStageConfig),
         (TokenizeOperator, TokenizeStageConfig),
         (EvaluateOperator, EvaluateStageConfig),
+        (PretrainOperator, PretrainStageConfig),
     ]:
         parameters = inspect.signature(operator.__init__).parameters
         shared = [name for name in config.model_fields if name in parameters]

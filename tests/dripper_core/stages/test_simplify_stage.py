@@ -9,8 +9,7 @@ import pytest
 from dripper_core.cli import main as cli_main
 from dripper_core.cli import parse_key_values
 from dripper_core.simplify import simplify_html
-from dripper_core.stages.runner import ShardInputsChanged
-from dripper_core.stages.shards import ShardWriter
+from dripper_core.stages.shards import ShardInputsChanged, ShardWriter
 from dripper_core.stages.simplify import (
     plan_simplify_shards,
     resolve_warc_inputs,
