@@ -19,6 +19,8 @@ Deployment defaults come from the environment (the names ``docker/compose.yaml``
 ``DRIPPER_EXTRACT_WORKERS`` extract's LocalCluster worker processes, one labeler each (``1``)
 ``DRIPPER_BENCHMARK_DATA``  labelled pages for ``extraction_benchmark`` (the bundled sample by default)
 ``DRIPPER_EVAL_SUITE``      the benchmark suite the ablation form proposes (``local``, offline, unless set)
+``DRIPPER_{JOB}_RUN_ON``    ``slurm`` sends refine/pretrain/eval (``JOB``: REFINE, PRETRAIN, EVAL) to Slurm
+``DRIPPER_{JOB}_SLURM``     that job's Slurm options, a JSON object (partition, time, nodes, GPUs…)
 =========================== ==============================================================================
 """
 
@@ -132,7 +134,11 @@ EXTRACT = (
     | stage_templates(ExtractStageConfig, workers="dask_workers")
     | STORAGE
 )
-#: The refine task's arguments from the refinement params.
-REFINE = templated("force") | stage_templates(RefineStageConfig) | STORAGE
+#: The refine task's arguments from the refinement params (and where it runs: here or on Slurm).
+REFINE = (
+    templated("force", run_on="refine_run_on", slurm="refine_slurm")
+    | stage_templates(RefineStageConfig)
+    | STORAGE
+)
 #: The tokenize task's arguments.
 TOKENIZE = templated("force") | stage_templates(TokenizeStageConfig) | STORAGE

@@ -35,6 +35,7 @@ EXTRACTION = "Extraction"
 REFINEMENT = "Refinement"
 STORAGE = "Storage and compute"
 TRAINING = "Pretraining and evaluation"
+SLURM = "Cluster jobs (Slurm)"
 
 
 def default_labeler() -> str:
@@ -57,6 +58,7 @@ def corpus_build_params() -> dict[str, Param]:
         **refinement_params(),
         **storage_params(),
         **compute_params(),
+        **slurm_params("refine"),
     }
 
 
@@ -70,6 +72,7 @@ def extractor_ablation_params() -> dict[str, Param]:
         **stage_params(ReportStageConfig),
         **storage_params(),
         **compute_params(),
+        **slurm_params("refine", "pretrain", "eval"),
     }
 
 
@@ -177,6 +180,70 @@ def compute_params() -> dict[str, Param]:
             section=STORAGE,
         ),
     }
+
+
+#: What each Slurm-capable task is, for the form (``{job}_run_on``, ``{job}_slurm``).
+_SLURM_JOBS = {
+    "refine": (
+        "Refinement",
+        "datatrove's SlurmPipelineExecutor options: partition and time required; qos, cpus_per_task, "
+        'mem_per_cpu_gb, sbatch_args, venv_path, poll_seconds…, e.g. {"partition": "cpu", "time": "04:00:00"}',
+    ),
+    "pretrain": (
+        "Pretraining",
+        "sbatch options (pretrain.slurm.SlurmJobConfig): nodes, gpus_per_node, partition, account, time, "
+        'sbatch_lines, env, setup, python, poll_seconds…, e.g. {"nodes": 4, "gpus_per_node": 8, '
+        '"partition": "h100", "time": "2-00:00:00"}',
+    ),
+    "eval": (
+        "Evaluation",
+        'sbatch options of the one-process scoring job, e.g. {"gpus_per_node": 1, "partition": "h100", '
+        '"time": "02:00:00"}',
+    ),
+}
+
+
+def slurm_params(*jobs: str) -> dict[str, Param]:
+    """Where each long task runs: here (``local``) or as Slurm jobs, with their options.
+
+    Defaults from ``DRIPPER_{JOB}_RUN_ON`` and ``DRIPPER_{JOB}_SLURM`` (a JSON object), e.g.
+    ``DRIPPER_PRETRAIN_RUN_ON=slurm``.
+    """
+    params = {}
+    for job in jobs:
+        title, options = _SLURM_JOBS[job]
+        params[f"{job}_run_on"] = Param(
+            env(f"DRIPPER_{job.upper()}_RUN_ON", "local"),
+            type="string",
+            enum=["local", "slurm"],
+            title=f"{title} runs on",
+            description="local: inside the Airflow task; slurm: submitted with sbatch, awaited in the "
+            "triggerer (no worker slot held), cancelled when the task is cleared or killed.",
+            section=SLURM,
+        )
+        params[f"{job}_slurm"] = Param(
+            _json_env(f"DRIPPER_{job.upper()}_SLURM"),
+            type="object",
+            title=f"{title} Slurm options",
+            description=f"{options} (used when it runs on slurm).",
+            section=SLURM,
+        )
+    return params
+
+
+def _json_env(name: str) -> dict[str, Any]:
+    import json
+
+    value = env(name)
+    if not value:
+        return {}
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{name} must be a JSON object: {error}") from None
+    if not isinstance(parsed, dict):
+        raise ValueError(f"{name} must be a JSON object, got {value!r}")
+    return parsed
 
 
 def crawl_base_param(section: str | None = None) -> Param:

@@ -104,11 +104,13 @@ with DAG(
         task_id="pretrain",
         **templated("tokenizer"),
         **stage_templates(PretrainStageConfig, arguments="extra_arguments"),
+        **templated(run_on="pretrain_run_on", slurm="pretrain_slurm"),
         retries=0,
     ).expand(tokens=tokenize.output)
     evaluate = EvaluateOperator.partial(
         task_id="evaluate",
         **stage_templates(EvaluateStageConfig, arguments="extra_arguments"),
+        **templated(run_on="eval_run_on", slurm="eval_slurm"),
         retries=0,
     ).expand(model=pretrain.output)
     ablation_dir = (

@@ -257,10 +257,14 @@ class RefineOperator(StorageOperator):
 
     ``steps``, ``tasks``, ``workers`` and ``options`` (more ``RefineConfig`` fields) make the config;
     tokenization is the tokenize task's. A rerun resumes (finished datatrove tasks are skipped); a changed
-    config is refused unless ``force``. Returns the refinement's counts.
+    config is refused unless ``force``. Returns the refinement's counts. ``run_on="slurm"`` submits the
+    passes to Slurm through datatrove's ``SlurmPipelineExecutor`` and waits in the triggerer
+    (:func:`operators.slurm.submit_refine`; ``slurm``: the executor's options).
     """
 
-    template_fields: Sequence[str] = ("root", "steps", "tasks", "workers", "options", "force", "aws_conn_id")
+    template_fields: Sequence[str] = (
+        "root", "steps", "tasks", "workers", "options", "force", "aws_conn_id", "run_on", "slurm",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -271,6 +275,8 @@ class RefineOperator(StorageOperator):
         workers: Any = _REFINE.workers,
         options: Any = None,  # more RefineConfig fields
         force: Any = False,
+        run_on: Any = "local",
+        slurm: Any = None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -280,6 +286,8 @@ class RefineOperator(StorageOperator):
         self.workers = workers
         self.options = options
         self.force = force
+        self.run_on = run_on
+        self.slurm = slurm
 
     def config(self) -> dict[str, Any]:
         config = dict(self.options or {})
@@ -290,8 +298,16 @@ class RefineOperator(StorageOperator):
         return config
 
     def execute(self, context: Any) -> dict[str, Any]:
+        from airflow.sdk.exceptions import AirflowFailException
+
         from dripper_core.refine import run_refine
 
+        if self.run_on == "slurm":
+            from operators.slurm import submit_refine
+
+            return submit_refine(self, context)  # defers to execute_slurm_complete
+        if self.run_on != "local":
+            raise AirflowFailException(f"{self.task_id}: run_on={self.run_on!r}: use 'local' or 'slurm'")
         hook = self.hook(self.root)
         with spawn_without_airflow_main():
             summary = run_refine(
@@ -302,6 +318,18 @@ class RefineOperator(StorageOperator):
                 force=bool(self.force),
             )
         return self.refine_result(summary)
+
+    def execute_slurm_complete(self, context: Any, event: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        """Resumed when the Slurm jobs ended (``run_on="slurm"``)."""
+        from operators.slurm import refine_jobs_complete
+
+        return refine_jobs_complete(self, event, **kwargs)
+
+    def on_kill(self) -> None:
+        from operators.slurm import on_kill_cancel
+
+        on_kill_cancel(self)  # the Slurm jobs submitted, if any
+        super().on_kill()
 
     def refine_result(self, summary: dict[str, Any]) -> dict[str, Any]:
         """The XCom form of a refinement summary: its counts, the steps run and where the corpus is."""

@@ -7,7 +7,7 @@ with the job's log tail, cancel with ``scancel`` when the task is killed or clea
 - :func:`submit_and_defer` submits a script and defers the task to that trigger; :func:`job_outcome` turns
   the trigger's event back into the job's result, or into the task's failure naming the job, its state,
   reason and exit code, and the end of its log.
-- :class:`SlurmRefineOperator` is the refine task on Slurm: datatrove's own ``SlurmPipelineExecutor``
+- :func:`submit_refine` is the refine task's ``run_on="slurm"``: datatrove's own ``SlurmPipelineExecutor``
   submits the passes as a chain of jobs (:func:`dripper_core.refine.run_refine` with ``executor="slurm"``),
   the trigger waits for them, and :func:`dripper_core.refine.pipeline.complete_refine` checks every task
   and writes the summary; a failed job cancels the rest of the chain.
@@ -27,12 +27,13 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from operators.corpus import RefineOperator
+from operators.storage import aws_environment
 from pretrain import slurm as slurm_jobs
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "submit_and_defer",
     "submit_module_job",
     "submit_pretrain",
+    "submit_refine",
 ]
 
 #: Environment variables of the submitting process that say which Slurm cluster to talk to.
@@ -286,72 +288,81 @@ def submit_pretrain(operator: Any, context: Any, run_dir: str, root: str) -> Non
     )
 
 
-class SlurmRefineOperator(RefineOperator):
-    """:class:`~operators.corpus.RefineOperator` on Slurm through datatrove's ``SlurmPipelineExecutor``.
+def submit_refine(operator: Any, context: Any) -> dict[str, Any]:
+    """``RefineOperator(run_on="slurm")``: submit the passes through datatrove's ``SlurmPipelineExecutor``
+    as a chain of jobs and defer until the last ended (:func:`refine_jobs_complete` resumes).
 
-    ``slurm``: the executor's options (``partition`` and ``time`` required; ``qos``, ``cpus_per_task``,
-    ``mem_per_cpu_gb``, ``sbatch_args``, ``venv_path``, ``job_name``…) plus ``poll_seconds`` (30). The
-    passes are submitted as a chain of jobs, the task waits in the triggerer, and when the last job ended
-    every task's completion marker is checked and the summary written. A failed job fails the task with
-    its log tail and cancels the jobs still queued behind it; clearing the task resubmits only the datatrove
-    tasks that did not finish. Returns what ``RefineOperator`` returns.
+    ``operator.slurm``: the executor's options (``partition`` and ``time`` required; ``qos``,
+    ``cpus_per_task``, ``mem_per_cpu_gb``, ``sbatch_args``, ``venv_path``, ``job_name``…) plus
+    ``poll_seconds`` (30). Returns at once (no job) when every datatrove task finished in an earlier run.
     """
+    from airflow.sdk.exceptions import AirflowFailException
 
-    template_fields: Sequence[str] = (*RefineOperator.template_fields, "slurm")
+    from dripper_core.refine import run_refine
+
+    options = dict(operator.slurm or {})
+    poll = float(options.pop("poll_seconds", 30))
+    missing = [name for name in ("partition", "time") if not options.get(name)]
+    if missing:
+        raise AirflowFailException(
+            f"{operator.task_id}: slurm options {missing} are required (e.g. "
+            '{"partition": "cpu", "time": "04:00:00"}), as datatrove\'s SlurmPipelineExecutor needs them'
+        )
+    config = {**operator.config(), "executor": "slurm", "executor_options": options}
+    storage_options = operator.hook(operator.root).storage_options
+    # datatrove calls sbatch with this process's environment (SLURM_CONF, PATH), which sbatch passes on to
+    # the jobs: with it the connection's S3 credentials, as the jobs read their pickled pipeline by them.
+    with _environment(aws_environment(storage_options)):
+        submitted = run_refine(
+            operator.root, operator.root, config, storage_options=storage_options, force=bool(operator.force)
+        )
+    jobs = submitted["submitted"]
+    if not jobs:  # every task finished in an earlier run
+        return refine_jobs_complete(operator, {"status": "success", "jobs": []}, jobs=[])
+    operator.log.info("refine: submitted Slurm jobs %s (logs under %s)", jobs, submitted["slurm_logs"])
+    operator._slurm_job_id = jobs[-1]
+    operator.defer(
+        trigger=SlurmJobTrigger(jobs, slurm_environment(), poll, carry={"jobs": jobs}),
+        method_name="execute_slurm_complete",
+        kwargs={"jobs": jobs},
+    )
+
+
+@contextlib.contextmanager
+def _environment(variables: dict[str, str]) -> Iterator[None]:
+    saved = {name: os.environ.get(name) for name in variables}
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def refine_jobs_complete(operator: Any, event: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """The refine jobs ended: fail (cancelling the rest of the chain, with the log tail), or check every
+    datatrove task's completion and write the summary; returns what ``RefineOperator`` returns."""
+    from dripper_core.refine.pipeline import complete_refine
+
+    jobs = resume_kwargs(event, kwargs)["jobs"]
+    if event.get("status") != "success":
+        for job in jobs:
+            with contextlib.suppress(slurm_jobs.SlurmError):
+                slurm_jobs.cancel(job, {**os.environ, **slurm_environment()})
+    job_outcome(operator, event, f"{operator.task_id}: refinement")
+    summary = complete_refine(operator.root, operator.hook(operator.root).storage_options)
+    return {**operator.refine_result(summary), "slurm_jobs": list(jobs)}
+
+
+class SlurmRefineOperator(RefineOperator):
+    """:class:`~operators.corpus.RefineOperator` with ``run_on="slurm"``: the passes go to Slurm through
+    datatrove's ``SlurmPipelineExecutor`` (:func:`submit_refine`), the task waits in the triggerer, and when
+    the last job ended every task's completion marker is checked and the summary written. A failed job
+    fails the task with its log tail and cancels the jobs still queued behind it; clearing the task
+    resubmits only the datatrove tasks that did not finish."""
 
     def __init__(self, *, slurm: Any, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.slurm = slurm
-
-    def config(self) -> dict[str, Any]:
-        from airflow.sdk.exceptions import AirflowFailException
-
-        options = dict(self.slurm or {})
-        options.pop("poll_seconds", None)
-        missing = [name for name in ("partition", "time") if not options.get(name)]
-        if missing:
-            raise AirflowFailException(
-                f"{self.task_id}: slurm options {missing} are required (e.g. "
-                '{"partition": "cpu", "time": "04:00:00"}), as datatrove\'s SlurmPipelineExecutor needs them'
-            )
-        return {**super().config(), "executor": "slurm", "executor_options": options}
-
-    def execute(self, context: Any) -> dict[str, Any]:
-        from dripper_core.refine import run_refine
-
-        # datatrove calls sbatch with this process's environment (SLURM_CONF, PATH).
-        submitted = run_refine(
-            self.root,
-            self.root,
-            self.config(),
-            storage_options=self.hook(self.root).storage_options,
-            force=bool(self.force),
-        )
-        jobs = submitted["submitted"]
-        if not jobs:  # every task finished in an earlier run
-            return self.execute_complete(context, {"status": "success", "jobs": []}, jobs=[])
-        self.log.info("refine: submitted Slurm jobs %s (logs under %s)", jobs, submitted["slurm_logs"])
-        self._slurm_job_id = jobs[-1]
-        poll = float((self.slurm or {}).get("poll_seconds", 30))
-        self.defer(
-            trigger=SlurmJobTrigger(jobs, slurm_environment(), poll, carry={"jobs": jobs}),
-            method_name="execute_complete",
-            kwargs={"jobs": jobs},
-        )
-
-    def execute_complete(self, context: Any, event: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-        """Resumed when the jobs ended: fail (cancelling the rest of the chain) or summarize."""
-        from dripper_core.refine.pipeline import complete_refine
-
-        jobs = resume_kwargs(event, kwargs)["jobs"]
-
-        if event.get("status") != "success":
-            for job in jobs:
-                with contextlib.suppress(slurm_jobs.SlurmError):
-                    slurm_jobs.cancel(job, {**os.environ, **slurm_environment()})
-        job_outcome(self, event, f"{self.task_id}: refinement")
-        summary = complete_refine(self.root, self.hook(self.root).storage_options)
-        return {**self.refine_result(summary), "slurm_jobs": list(jobs)}
-
-    def on_kill(self) -> None:
-        on_kill_cancel(self)
+        super().__init__(run_on="slurm", slurm=slurm, **kwargs)

@@ -22,6 +22,7 @@ from typing import Any
 
 __all__ = [
     "DEFAULT_AWS_CONN_ID",
+    "aws_environment",
     "input_storage_options",
     "storage_options_for",
     "storage_options_from_connection",
@@ -57,6 +58,30 @@ def storage_options_from_connection(connection: Any) -> dict[str, Any]:
     if extra.get("region_name"):
         options["client_kwargs"] = {"region_name": extra["region_name"]}
     return options
+
+
+#: s3fs option → the botocore environment variable that carries it to a process started elsewhere.
+_AWS_VARIABLES = {
+    "key": "AWS_ACCESS_KEY_ID",
+    "secret": "AWS_SECRET_ACCESS_KEY",
+    "token": "AWS_SESSION_TOKEN",
+    "profile": "AWS_PROFILE",
+    "endpoint_url": "AWS_ENDPOINT_URL_S3",
+}
+
+
+def aws_environment(storage_options: dict[str, Any] | None) -> dict[str, str]:
+    """The same credentials as environment variables, for a process that only has botocore's chain
+    (datatrove's Slurm jobs open their pickled pipeline with the environment's credentials: ``sbatch``
+    passes the submitting process's environment on, so nothing is written to the job script)."""
+    options = dict(storage_options or {})
+    client = options.get("client_kwargs") or {}
+    env = {name: str(options[key]) for key, name in _AWS_VARIABLES.items() if options.get(key)}
+    if "AWS_ENDPOINT_URL_S3" not in env and client.get("endpoint_url"):
+        env["AWS_ENDPOINT_URL_S3"] = str(client["endpoint_url"])
+    if client.get("region_name"):
+        env["AWS_DEFAULT_REGION"] = str(client["region_name"])
+    return env
 
 
 def _is_s3(path: str) -> bool:

@@ -57,7 +57,7 @@ from typing import Any
 from datatrove.pipeline.readers.parquet import ParquetReader
 from datatrove.pipeline.writers.jsonl import JsonlWriter
 
-from dripper_core.io.storage import filesystem_for, join_path
+from dripper_core.io.storage import filesystem_for, is_local, join_path
 from dripper_core.refine import steps as step_configs
 from dripper_core.refine.steps import RefineConfig
 from dripper_core.refine.summary import PLAN_NAME, AuditPoint, ExclusionWriter, summarize_refine
@@ -494,6 +494,12 @@ def _executor(p: Pass, layout: Layout, config: RefineConfig, depends: Any, stora
                 '"time": "04:00:00"}})'
             )
         options["job_name"] = f"{options.get('job_name') or 'refine'}_{p.name}"
+        if not is_local(layout.output_root) and not options.get("slurm_logs_folder"):
+            # sbatch writes job logs to a filesystem the nodes mount, not to the object store (datatrove's
+            # own default then is a folder relative to the submitting process's working directory).
+            base = os.environ.get("DRIPPER_SLURM_LOGS") or os.path.expanduser("~/dripper-slurm-logs")
+            run = re.sub(r"[^A-Za-z0-9._-]+", "-", layout.output_root).strip("-")
+            options["slurm_logs_folder"] = os.path.join(base, run, p.name)
         if not any(options.get(name) for name in ("env_command", "condaenv", "venv_path")):
             # The job runs datatrove's launch_pickled_pipeline: the one installed beside this interpreter.
             bin_dir = os.path.dirname(sys.executable)

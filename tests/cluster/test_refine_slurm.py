@@ -86,4 +86,4 @@ def test_refine_on_slurm_equals_local(slurm_cluster, roots, monkeypatch):
 def test_slurm_refine_needs_partition_and_time(tmp_path):
     operator = SlurmRefineOperator(task_id="refine", root=str(tmp_path), slurm={"partition": "cpu"})
     with pytest.raises(AirflowException, match=r"\['time'\] are required"):
-        operator.config()
+        operator.execute(FakeContext())  # refused before anything is submitted

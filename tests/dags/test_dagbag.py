@@ -105,6 +105,8 @@ def test_corpus_build_structure(dagbag):
         "simplify_max_payload_bytes",
         "simplify_max_page_bytes",
         "force",
+        "refine_run_on",
+        "refine_slurm",
     }
     assert set(dag.params.keys()) == expected
     dag.params.validate()  # every default is valid
@@ -184,7 +186,13 @@ def test_extractor_ablation_structure(dagbag):
         "pretrain_model",
         "train_steps",
         "eval_suite",
+        "pretrain_run_on",
+        "pretrain_slurm",
+        "eval_run_on",
+        "eval_slurm",
     } <= set(dag.params.keys())
+    assert dag.get_task("pretrain").partial_kwargs["run_on"] == "{{ params.pretrain_run_on }}"
+    assert dag.get_task("refine").partial_kwargs["slurm"] == "{{ params.refine_slurm }}"
     assert _rejects(dag, "extractors", [])
     assert _rejects(dag, "extractors", ["cpu", "cpu"])
     assert _rejects(dag, "pretrain_model", "gpt-5")

@@ -122,3 +122,18 @@ def test_state_files_on_s3_with_the_connections_credentials(moto_server, s3_file
         task_id="manifest", crawl_id="CC-MAIN-SAMPLE", crawl_base=str(SAMPLE), storage_root=root
     ).execute(context)
     assert fs.exists(f"{bucket}/runs/crawls/CC-MAIN-SAMPLE/warc_manifest.json.gz")
+
+
+def test_the_connections_credentials_as_environment_variables():
+    from operators.storage import aws_environment, storage_options_from_connection
+
+    extra = {"endpoint_url": "http://store:9000", "region_name": "eu-west-1", "aws_session_token": "t"}
+    options = storage_options_from_connection(_connection(login="AK", password="SK", extra=json.dumps(extra)))
+    assert aws_environment(options) == {
+        "AWS_ACCESS_KEY_ID": "AK",
+        "AWS_SECRET_ACCESS_KEY": "SK",
+        "AWS_SESSION_TOKEN": "t",
+        "AWS_ENDPOINT_URL_S3": "http://store:9000",
+        "AWS_DEFAULT_REGION": "eu-west-1",
+    }
+    assert aws_environment(None) == {}
