@@ -1,12 +1,15 @@
 """Simplification speed: ours against upstream ``mineru-html`` 1.1.2 on the same pages, in the same run.
 
-Usage: ``.venv/bin/python bench/simplify.py [--data FILE.jsonl.gz ...] [--limit N] [--rounds R]``.
+Usage: ``.venv/bin/python bench/simplify.py [--data FILE.jsonl.gz ...] [--limit N] [--rounds R] [--memory]``.
 Default data: ``../shared/data/dev.jsonl.gz`` and the first 400 pages of ``dev_hard.jsonl.gz`` (the bundled
 sample when absent), each reported on its own. Both run single-threaded, one after the other; the upstream
 one in its own venv (``make oracle``), timing only its ``simplify_html`` call per page, as ours is timed.
 Times are CPU times of the process (best of R rounds per page), so that other work on a shared machine
 counts against neither side. Prints pages/s per core, the ratio, and how many pages give identical
 Simplified HTML (and mapping HTML).
+
+``--memory`` measures instead the peak RSS of a fresh worker process simplifying one page: the largest page
+of the last data file, a 50 MB page built by repeating that page's body, and a 50 MB page of dense markup.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import argparse
 import gzip
 import json
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -93,6 +97,67 @@ def _compare(path: Path, limit: int | None, rounds: int) -> dict:
     }
 
 
+_DENSE_UNIT = '<div class="c"><p>Some words <a href="/x">a link</a> and <b>bold</b> text.</p></div>\n'
+_MEMORY_PAGE_BYTES = 50_000_000
+
+
+def _memory_pages(path: Path) -> dict[str, str]:
+    """The largest page of ``path``, a 50 MB page built from it, and a 50 MB page of dense markup."""
+    largest = ""
+    with gzip.open(path, "rt", encoding="utf-8") as lines:  # streamed: the parent's peak is no concern
+        for line in lines:
+            html = json.loads(line)["html"]
+            largest = html if len(html) > len(largest) else largest
+    head, _, body = largest.partition("<body")
+    body = "<body" + body
+    repeats = _MEMORY_PAGE_BYTES // max(len(body.encode("utf-8", "surrogatepass")), 1) + 1
+    dense = _DENSE_UNIT * (_MEMORY_PAGE_BYTES // len(_DENSE_UNIT) + 1)
+    return {
+        f"largest {path.name} page": largest,
+        "50 MB page built from it": head + body * repeats,
+        "50 MB page of dense markup": f"<html><body>{dense}</body></html>",
+    }
+
+
+def _peak_rss_mib() -> float:
+    # VmHWM, not getrusage's ru_maxrss, which keeps the peak of the process before its exec (the parent's).
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _peak_rss_worker(page_file: str) -> None:
+    """Run in a fresh process: simplify one page, print RSS before and peak (MiB), blocks and seconds."""
+    html = Path(page_file).read_text(encoding="utf-8", errors="surrogatepass")
+    before = _peak_rss_mib()
+    started = time.process_time()
+    page = simplify_html(html)
+    seconds = time.process_time() - started
+    peak = _peak_rss_mib()
+    print(json.dumps({"before_mib": before, "peak_mib": peak, "blocks": page.n_blocks, "seconds": seconds}))
+
+
+def _memory(path: Path) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        for name, html in _memory_pages(path).items():
+            page_file = Path(folder) / "page.html"
+            page_file.write_text(html, encoding="utf-8", errors="surrogatepass")
+            result = subprocess.run(
+                [sys.executable, __file__, "--peak-rss-worker", str(page_file)],
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+            row = json.loads(result.stdout.splitlines()[-1])
+            print(
+                f"{name}: {len(html.encode('utf-8', 'surrogatepass')) / 1e6:.1f} MB, {row['blocks']} blocks, "
+                f"{row['seconds']:.2f} s | peak RSS {row['peak_mib']:.0f} MiB "
+                f"({row['before_mib']:.0f} MiB with the page read, before simplifying)",
+                flush=True,
+            )
+
+
 def main() -> int:
     shared = REPO.parent / "shared" / "data"
     defaults = [shared / "dev.jsonl.gz", shared / "dev_hard.jsonl.gz"]
@@ -102,7 +167,15 @@ def main() -> int:
     parser.add_argument("--data", type=Path, nargs="+", default=defaults)
     parser.add_argument("--limit", type=int, default=400, help="first N pages of each file (0: all)")
     parser.add_argument("--rounds", type=int, default=2, help="best of R rounds, per page, for both")
+    parser.add_argument("--memory", action="store_true", help="peak RSS per worker process instead of speed")
+    parser.add_argument("--peak-rss-worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.peak_rss_worker:
+        _peak_rss_worker(args.peak_rss_worker)
+        return 0
+    if args.memory:
+        _memory(args.data[-1])
+        return 0
     if not _ORACLE_PYTHON.exists():
         print("the upstream oracle venv is missing: run `make oracle`", file=sys.stderr)
         return 2

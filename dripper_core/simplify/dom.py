@@ -24,8 +24,13 @@ class EmptyDocumentError(ValueError):
     """The input parses to no document at all (empty, or nothing but whitespace and comments)."""
 
 
-def repair_html(html: str) -> str:
-    """Re-serialise ``html`` through lexbor's HTML5 parser (the tree a browser would build)."""
+def repair_html(html: str) -> tuple[str, bool]:
+    """Re-serialise ``html`` through lexbor's HTML5 parser (the tree a browser would build).
+
+    Returns:
+        The markup to parse, and whether lexbor wrote it (then every attribute name in it is in lower
+        case, as the HTML5 tokenizer writes them, so a plain substring search finds any attribute).
+    """
     from selectolax.lexbor import LexborHTMLParser
 
     if "</>" in html:
@@ -34,8 +39,8 @@ def repair_html(html: str) -> str:
     try:
         repaired = LexborHTMLParser(html).html
     except Exception:  # lexbor rejects very little; libxml2's own recovery is the fallback
-        return html
-    return repaired if repaired is not None else html
+        return html, False
+    return (repaired, True) if repaired is not None else (html, False)
 
 
 def parse_document(html: str) -> etree._Element:

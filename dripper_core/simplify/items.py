@@ -21,14 +21,22 @@ def prune_attributes(item: etree._Element) -> None:
         attrib = element.attrib
         if not attrib:
             continue
+        items = attrib.items()
         if element.tag == "img":
             src = attrib.get("src", "").strip()
             kept = [("src", src)] if src and not src.startswith("data:image/") else []
             kept += [(name, attrib.get(name, "").strip()) for name in _KEPT_IMG_ATTRS]
+        elif (
+            len(items) == 1
+            and items[0][0] in _KEPT_ATTRS
+            and (value := items[0][1])
+            and value.strip() == value
+        ):
+            continue  # the most common case: a lone class or id that is kept as it is
         else:
             kept = [(name, attrib.get(name, "").strip()) for name in _KEPT_ATTRS]
         kept = [(name, value) for name, value in kept if value]
-        if attrib.items() != kept:  # most already hold exactly what is kept, in that order
+        if items != kept:  # most already hold exactly what is kept, in that order
             attrib.clear()
             attrib.update(kept)
 

@@ -100,3 +100,22 @@ def test_non_latin_text_survives():
     )
     assert page.blocks[0].text == "中文内容，测试。"
     assert "中文内容" in page.mapping_root().xpath("string(//p)")
+
+
+def test_cc_select_reaches_blocks_whatever_its_case_and_without_lexbor(monkeypatch):
+    # The annotation check first searches lexbor's markup (attribute names in lower case) for the name; when
+    # lexbor fails, the raw page is parsed and only the tree is searched.
+    html = '<html><body><p>annotated <span CC-Select="1">text</span></p><p>other</p></body></html>'
+
+    def annotations(page) -> list[str | None]:
+        return [element.get("cc-select") for element in page.mapping_tree.iter() if element.get("_item_id")]
+
+    assert annotations(simplify_html(html)) == ["1", None]
+
+    import selectolax.lexbor
+
+    def failing_parser(*args, **kwargs):
+        raise RuntimeError("lexbor failed")
+
+    monkeypatch.setattr(selectolax.lexbor, "LexborHTMLParser", failing_parser)
+    assert annotations(simplify_html(html)) == ["1", None]
