@@ -11,6 +11,7 @@ Works with CUDA vLLM (``pip install 'dripper-platform[vllm]'``) and with the ``v
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -105,20 +106,22 @@ class VLLMLabeler(BlockLabeler):
         self.format = fmt
         self.logprobs = logprobs
         self.token_bytes = local.token_bytes()
-        with _modules_with_raising_attributes_hidden():
-            self.llm = LLM(
-                model=str(local.folder),
-                tokenizer=str(local.folder),
-                max_model_len=local.context,
-                dtype=dtype,
-                gpu_memory_utilization=gpu_memory_utilization,
-                enforce_eager=enforce_eager,
-                enable_prefix_caching=True,
-                seed=seed,
-                trust_remote_code=trust_remote_code,
-                max_logprobs=max(logprobs, 1),
-                **(engine_kwargs or {}),
-            )
+        engine = {
+            "model": str(local.folder),
+            "tokenizer": str(local.folder),
+            "max_model_len": local.context,
+            "dtype": dtype,
+            "gpu_memory_utilization": gpu_memory_utilization,
+            "enforce_eager": enforce_eager,
+            "enable_prefix_caching": True,
+            "seed": seed,
+            "trust_remote_code": trust_remote_code,
+            # vLLM's own default; more only when asked: labelers asking for up to 20 share the engine.
+            "max_logprobs": max(logprobs, _DEFAULT_MAX_LOGPROBS),
+            **(engine_kwargs or {}),
+        }
+        self._engine_key = json.dumps(engine, sort_keys=True, default=str)
+        self.llm = _shared_engine(self._engine_key, lambda: LLM(**engine))
 
     def label_batch(self, requests: Sequence[LabelRequest]) -> list[Labels]:
         calls, failures = self.planner.plan(requests)
@@ -158,13 +161,45 @@ class VLLMLabeler(BlockLabeler):
         return LMAnswer(text=completion.text, margins=margins, token_ids=token_ids)
 
     def close(self) -> None:
+        """Release this labeler's engine; the engine shuts down when no labeler of this process uses it."""
         llm, self.llm = getattr(self, "llm", None), None
-        shutdown = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
-        if shutdown is not None and hasattr(shutdown, "shutdown"):
-            try:
-                shutdown.shutdown()
-            except Exception as error:  # closing is best effort: the labels are already out
-                logger.warning("vllm engine shutdown failed: %s: %s", type(error).__name__, error)
+        if llm is not None:
+            _release_engine(self._engine_key)
+
+
+#: vLLM's default ``max_logprobs``.
+_DEFAULT_MAX_LOGPROBS = 20
+#: Engines of this process by their arguments, with how many labelers use each: labelers that differ only
+#: in what each request carries (answer format, prompt, logprobs up to 20) share one engine, so an
+#: ablation of prompt variants of one model in one process (the extraction-quality task, a Dask worker
+#: running several specs) loads the weights once and fits on the GPU.
+_ENGINES: dict[str, list[Any]] = {}
+
+
+def _shared_engine(key: str, start: Any) -> Any:
+    if key not in _ENGINES:
+        with _modules_with_raising_attributes_hidden():
+            _ENGINES[key] = [start(), 0]
+    else:
+        logger.info("vllm labeler: sharing this process's engine for %s", json.loads(key)["model"])
+    _ENGINES[key][1] += 1
+    return _ENGINES[key][0]
+
+
+def _release_engine(key: str) -> None:
+    entry = _ENGINES.get(key)
+    if entry is None:
+        return
+    entry[1] -= 1
+    if entry[1] > 0:
+        return
+    del _ENGINES[key]
+    shutdown = getattr(getattr(entry[0], "llm_engine", None), "engine_core", None)
+    if shutdown is not None and hasattr(shutdown, "shutdown"):
+        try:
+            shutdown.shutdown()
+        except Exception as error:  # closing is best effort: the labels are already out
+            logger.warning("vllm engine shutdown failed: %s: %s", type(error).__name__, error)
 
 
 @contextmanager

