@@ -259,36 +259,3 @@ def test_scancel_fails_the_task_and_resubmission_resumes(uninterrupted, slurm_cl
     expected = [r["loss"] for r in read_train_log(full["run_dir"])]
     assert [r["loss"] for r in resumed] == pytest.approx(expected, abs=1e-5)
     assert slurm_cluster.job_ids() == []
-
-
-def test_evaluation_as_a_slurm_job(uninterrupted, slurm_cluster):
-    from operators.jobs import EvaluateOperator
-
-    result, _ = uninterrupted
-    operator = EvaluateOperator(
-        task_id="evaluate",
-        model=result,
-        suite="local",
-        device="cpu",
-        run_on="slurm",
-        slurm={
-            "partition": slurm_cluster.partition,
-            "cpus_per_node": 2,
-            "time": "10:00",
-            "env": {"OMP_NUM_THREADS": "2", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
-            "poll_seconds": 1,
-        },
-    )
-    assert operator.executor is None
-    started = time.perf_counter()
-    scores = run_deferred(operator, FakeContext())
-    seconds = time.perf_counter() - started
-    summary = json.loads(Path(scores["scores"]).read_text())
-    assert summary["tasks"]["local_text"]["samples"] == 36
-    assert 0.0 <= scores["mean"] <= 1.0 and scores["mean"] == summary["mean"]
-    (log,) = Path(scores["scores"]).parent.glob("slurm/slurm-*.out")
-    script = next(Path(scores["scores"]).parent.glob("slurm/eval-*.sbatch")).read_text()
-    assert "srun --ntasks=1 " in script and "-m eval.lm_suite --model-dir" in script
-    assert "torch.distributed.run" not in script
-    assert log.stat().st_size > 0
-    print(f"evaluation as a Slurm job: {seconds:.1f} s")

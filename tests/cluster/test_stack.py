@@ -295,7 +295,11 @@ def test_ablation_trains_and_scores_on_slurm(stack):
     assert "pretrain" in next((folder / "pretrain" / "tiny-4steps" / "slurm").glob("*.sbatch")).read_text()
     log = [json.loads(line) for line in (folder / "pretrain" / "tiny-4steps" / "train_log.jsonl").open()]
     assert [r["step"] for r in log] == [1, 2, 3, 4]
-    assert list((folder / "eval" / "tiny-4steps" / "slurm").glob("slurm-*.out"))
+    (eval_log,) = (folder / "eval" / "tiny-4steps" / "slurm").glob("slurm-*.out")
+    assert eval_log.stat().st_size > 0
+    script = next((folder / "eval" / "tiny-4steps" / "slurm").glob("eval-*.sbatch")).read_text()
+    assert "srun --ntasks=1 " in script and "-m eval.lm_suite --model-dir" in script  # one process …
+    assert "torch.distributed.run" not in script  # … not torchrun
     scores = sorted(p.name for p in (folder / "eval" / "tiny-4steps" / "checkpoints").glob("*.json"))
     assert scores == ["iter_0000002.json", "iter_0000004.json"]
     report = airflow_demo.published(server.api, run_id, "extractor_ablation", "ablation_report")
