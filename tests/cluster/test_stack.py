@@ -28,6 +28,7 @@ import threading
 import time
 import urllib.error
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -93,17 +94,19 @@ def stack(postgres_server, slurm_cluster, dask_cluster, moto_server, s3_filesyst
         slurm_cluster.cancel_all()
 
 
+@dataclass
 class Stack:
-    def __init__(self, server: AirflowServer, home: Path, bucket: str, tokenizer: str, partition: str):
-        self.server, self.home, self.bucket, self.tokenizer, self.partition = (
-            server,
-            home,
-            bucket,
-            tokenizer,
-            partition,
-        )
+    """The running stack: Airflow (on PostgreSQL), the S3 bucket of its run root, the tokenizer, Slurm's
+    partition."""
+
+    server: AirflowServer
+    home: Path
+    bucket: str
+    tokenizer: str
+    partition: str
 
     def slurm(self, **more) -> dict:
+        """Slurm options of a job on the one-node cluster (polled every second)."""
         return {"partition": self.partition, "time": "10:00", "poll_seconds": 1, **more}
 
 
