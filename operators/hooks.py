@@ -20,10 +20,7 @@ same folders (finished shards are skipped) and different parameters never mix.
 
 from __future__ import annotations
 
-import gzip
-import json
 import posixpath
-import uuid
 from typing import Any
 
 from dripper_core.config.extractor import slug
@@ -122,34 +119,13 @@ class RunStorageHook:
         return fs.exists(fs_path)
 
     def read_json(self, path: str, default: Any = None) -> Any:
-        """The JSON document at ``path`` (gzip when it ends in ``.gz``), or ``default`` when absent."""
-        from dripper_core.io.storage import open_url
+        """The JSON document at ``path`` (gzip for ``.gz``), or ``default`` (:mod:`dripper_core.io.json_files`)."""
+        from dripper_core.io.json_files import read_json
 
-        try:
-            with open_url(path, "rb", self.storage_options) as f:
-                data = f.read()
-        except FileNotFoundError:
-            return default
-        if path.endswith(".gz"):
-            data = gzip.decompress(data)
-        return json.loads(data)
+        return read_json(path, self.storage_options, default)
 
     def write_json(self, path: str, document: Any) -> str:
-        """Write ``document`` as JSON (gzip for ``.gz``) in one step: a temporary name renamed into place on
-        local disks; object stores publish an upload only when it is complete."""
-        from dripper_core.io.storage import filesystem_for, is_local
+        """Write ``document`` as JSON in one step (:func:`dripper_core.io.json_files.write_json`)."""
+        from dripper_core.io.json_files import write_json
 
-        data = (json.dumps(document, indent=1, sort_keys=True, default=str) + "\n").encode()
-        if path.endswith(".gz"):
-            data = gzip.compress(data, mtime=0)
-        fs, fs_path = filesystem_for(path, self.storage_options)
-        fs.makedirs(posixpath.dirname(fs_path), exist_ok=True)
-        if is_local(path):
-            tmp = f"{fs_path}.{uuid.uuid4().hex}.tmp"
-            with fs.open(tmp, "wb") as f:
-                f.write(data)
-            fs.mv(tmp, fs_path)
-        else:
-            with fs.open(fs_path, "wb") as f:
-                f.write(data)
-        return path
+        return write_json(path, document, self.storage_options)
