@@ -278,15 +278,13 @@ def _print(result: dict) -> int:
 def run_refine_stage(args: argparse.Namespace) -> int:
     from dripper_core.config.refine import RefineStageConfig
     from dripper_core.refine import run_refine
+    from dripper_core.stages.corpus import refine_config, refine_result
 
     _configure_run_logging(args.quiet)
     stage = RefineStageConfig.from_arguments(args)
     folder = _extractor_layout(args)
-    # tokenize is its own stage, as in the DAGs
-    config = {**stage.options, "steps": list(stage.steps), "tasks": stage.tasks, "workers": stage.workers}
-    summary = run_refine(folder.root, folder.root, config, force=args.force)
-    keep = ("documents_in", "documents_out", "tokens_in", "tokens_out", "dropped", "complete", "wall_seconds")
-    return _print({"corpus": folder.corpus, **{k: summary.get(k) for k in keep}})
+    config = refine_config(stage.steps, stage.tasks, stage.workers, stage.options)  # tokenize: its own stage
+    return _print(refine_result(folder.root, run_refine(folder.root, folder.root, config, force=args.force)))
 
 
 def _tokenizer(args: argparse.Namespace) -> str:
@@ -297,17 +295,12 @@ def _tokenizer(args: argparse.Namespace) -> str:
 
 def run_tokenize_stage(args: argparse.Namespace) -> int:
     from dripper_core.config.tokenize import TokenizeStageConfig
-    from dripper_core.refine.tokenize import tokenize_corpus
+    from dripper_core.stages.corpus import tokenize_extractor
 
     _configure_run_logging(args.quiet)
     stage = TokenizeStageConfig.from_arguments(args, tokenizer=_tokenizer(args))
     folder = _extractor_layout(args)
-    summary = tokenize_corpus(
-        folder.corpus, folder.tokens, stage.tokenizer, stage.eos_token or None, force=args.force
-    )
-    return _print(
-        {"tokens": folder.tokens, **{k: summary.get(k) for k in ("documents", "tokens", "tokenizer")}}
-    )
+    return _print(tokenize_extractor(folder.root, stage.tokenizer, stage.eos_token, force=args.force))
 
 
 def run_pretrain_stage(args: argparse.Namespace) -> int:
@@ -448,17 +441,14 @@ def run_simplify_stage(args: argparse.Namespace) -> int:
 
 def run_extract_stage(args: argparse.Namespace) -> int:
     from dripper_core.config.extract import ExtractStageConfig
-    from dripper_core.config.extractor import labeler_spec, parse_extractor
+    from dripper_core.stages.corpus import extractor_spec
     from dripper_core.stages.extract import extract_with_spec
 
     progress = _configure_run_logging(args.quiet)
     stage = ExtractStageConfig.from_arguments(args)
     storage_options = parse_key_values(args.storage_option, "--storage-option") or None
-    if args.extractor:
-        spec = parse_extractor(args.extractor)
-    else:
-        options = parse_key_values(args.labeler_option, "--labeler-option")
-        spec = labeler_spec(args.labeler, options, stage.fallback, stage.fallback_on_empty)
+    options = None if args.extractor else parse_key_values(args.labeler_option, "--labeler-option")
+    spec = extractor_spec(args.extractor, args.labeler, options, stage.fallback, stage.fallback_on_empty)
     report = extract_with_spec(
         args.input,
         spec,
