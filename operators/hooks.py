@@ -26,23 +26,15 @@ from typing import Any
 from dripper_core.config.extractor import slug
 from operators.storage import DEFAULT_AWS_CONN_ID, storage_options_for
 
-__all__ = ["RunStorageHook", "extractor_key", "selection_key", "slug"]
+__all__ = ["RunStorageHook", "extractor_key", "slug"]
 
 
-def selection_key(
-    count: int | None, fraction: float | None, seed: int | str, warcs_per_shard: int = 1
-) -> str:
-    """``n4-seed0``, ``f0.01-seed7``, ``all-seed0`` (``-w2`` with 2 WARC files per shard)."""
-    if count is not None:
-        key = f"n{int(count)}"
-    elif fraction is not None:
-        key = f"f{float(fraction):g}"
-    else:
-        key = "all"
-    key += f"-seed{slug(str(seed))}"
-    if int(warcs_per_shard) != 1:
-        key += f"-w{int(warcs_per_shard)}"
-    return key
+def __getattr__(name: str) -> Any:
+    if name == "selection_key":  # a selection's folder name: dripper_core.stages.selection's, loaded on use
+        from dripper_core.stages.selection import selection_key
+
+        return selection_key
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def extractor_key(
