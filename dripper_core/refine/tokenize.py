@@ -10,6 +10,10 @@ The files are what Megatron-core's ``IndexedDataset(prefix)`` reads (the ``.idx`
 ``uint16`` for vocabularies up to 65,536 and ``int32`` above (Qwen's 151k). :func:`read_token_documents`
 reads them back without torch; :func:`write_tokens_summary` lists the prefixes for training
 (``tokens/_summary.json``).
+
+One path, two front ends: the refinement's ``tokenize`` step puts the writer after the corpus writer; a
+tokenize stage of its own (:func:`tokenize_corpus`) puts it after :class:`CorpusFileReader` over the corpus
+files, in the same kind of datatrove pipeline, and writes the same bytes.
 """
 
 from __future__ import annotations
