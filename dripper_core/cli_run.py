@@ -278,15 +278,13 @@ def _print(result: dict) -> int:
 def run_refine_stage(args: argparse.Namespace) -> int:
     from dripper_core.config.refine import RefineStageConfig
     from dripper_core.refine import run_refine
+    from dripper_core.stages.corpus import refine_config, refine_result
 
     _configure_run_logging(args.quiet)
     stage = RefineStageConfig.from_arguments(args)
     folder = _extractor_layout(args)
-    # tokenize is its own stage, as in the DAGs
-    config = {**stage.options, "steps": list(stage.steps), "tasks": stage.tasks, "workers": stage.workers}
-    summary = run_refine(folder.root, folder.root, config, force=args.force)
-    keep = ("documents_in", "documents_out", "tokens_in", "tokens_out", "dropped", "complete", "wall_seconds")
-    return _print({"corpus": folder.corpus, **{k: summary.get(k) for k in keep}})
+    config = refine_config(stage.steps, stage.tasks, stage.workers, stage.options)  # tokenize: its own stage
+    return _print(refine_result(folder.root, run_refine(folder.root, folder.root, config, force=args.force)))
 
 
 def _tokenizer(args: argparse.Namespace) -> str:
@@ -297,49 +295,39 @@ def _tokenizer(args: argparse.Namespace) -> str:
 
 def run_tokenize_stage(args: argparse.Namespace) -> int:
     from dripper_core.config.tokenize import TokenizeStageConfig
-    from dripper_core.refine.tokenize import tokenize_corpus
+    from dripper_core.stages.corpus import tokenize_extractor
 
     _configure_run_logging(args.quiet)
     stage = TokenizeStageConfig.from_arguments(args, tokenizer=_tokenizer(args))
     folder = _extractor_layout(args)
-    summary = tokenize_corpus(
-        folder.corpus, folder.tokens, stage.tokenizer, stage.eos_token or None, force=args.force
-    )
-    return _print(
-        {"tokens": folder.tokens, **{k: summary.get(k) for k in ("documents", "tokens", "tokenizer")}}
-    )
+    return _print(tokenize_extractor(folder.root, stage.tokenizer, stage.eos_token, force=args.force))
 
 
 def run_pretrain_stage(args: argparse.Namespace) -> int:
-    import os
     import subprocess
 
     from dripper_core.config.pretrain import PretrainStageConfig
-    from eval.ablation import default_train_run
+    from dripper_core.stages.jobs import pretrain_job
     from pretrain.cli import main as pretrain_main
 
     _configure_run_logging(args.quiet)
     stage = PretrainStageConfig.from_arguments(args, arguments=[a for a in args.train_arguments if a != "--"])
     folder = _extractor_layout(args)
-    run = args.run or default_train_run(stage.model, stage.train_steps)
-    tokenizer = _tokenizer(args)
-    tokenizer = os.path.dirname(tokenizer) if os.path.isfile(tokenizer) else tokenizer
-    train = stage.train_arguments(folder.pretrain(run), folder.tokens, tokenizer)
-    launcher = stage.launcher()
-    if launcher:  # data parallel: torchrun starts the ranks
-        code = subprocess.run([*launcher, "pretrain", *train], check=False).returncode
+    job = pretrain_job(stage, folder.root, folder.tokens, _tokenizer(args), args.run)
+    if job.launcher:  # data parallel: torchrun starts the ranks
+        code = subprocess.run([*job.launcher, "pretrain", *job.train], check=False).returncode
     else:
-        code = pretrain_main(train)
+        code = pretrain_main(job.train)
     if code:
         return code
-    return pretrain_main(stage.export_arguments(folder.pretrain(run), folder.hf_checkpoints(run)))
+    return pretrain_main(job.export)
 
 
 def run_evaluate_stage(args: argparse.Namespace) -> int:
-    import shutil
     from pathlib import Path
 
     from dripper_core.config.evaluate import EvaluateStageConfig
+    from dripper_core.stages.jobs import EvaluationFolders, collect_scores
     from eval.lm_suite import run_suite_many
 
     _configure_run_logging(args.quiet)
@@ -351,11 +339,11 @@ def run_evaluate_stage(args: argparse.Namespace) -> int:
         raise FileNotFoundError(
             f"{folder.hf_checkpoints(run)}: no exported checkpoint: run `dripper run pretrain` first"
         )
-    out = Path(folder.evaluation(run))
-    summaries = run_suite_many(stage.suite, checkpoints, out_dir=out / "checkpoints", device=stage.device,
+    folders = EvaluationFolders.of(folder.root, run)
+    summaries = run_suite_many(stage.suite, checkpoints, out_dir=Path(folders.checkpoints), device=stage.device,
                                limit=stage.limit, fixtures=stage.fixtures)  # fmt: skip
-    shutil.copyfile(out / "checkpoints" / f"{checkpoints[-1].name}.json", out / "scores.json")
-    return _print({"scores": str(out / "scores.json"), "means": {s["model"]: s["mean"] for s in summaries}})
+    scores = collect_scores(folders, checkpoints)["scores"]
+    return _print({"scores": scores, "means": {s["model"]: s["mean"] for s in summaries}})
 
 
 def run_report_stage(args: argparse.Namespace) -> int:
@@ -364,6 +352,7 @@ def run_report_stage(args: argparse.Namespace) -> int:
     from dripper_core.config.extractor import parse_extractors
     from dripper_core.config.report import ReportStageConfig
     from dripper_core.layout import RunLayout
+    from dripper_core.stages.jobs import write_report_manifest
     from eval.ablation import ablation_manifest
     from eval.extraction import BenchmarkConfig, run_benchmark
     from eval.report import load_manifest, write_report
@@ -393,16 +382,9 @@ def run_report_stage(args: argparse.Namespace) -> int:
     manifest = ablation_manifest([f.root for f in folders], train_runs=runs,
                                  extraction_summary=str(out / "extraction" / "summary.json"),
                                  title=args.title or f"Extractor ablation {name}", run={"run_root": args.input})  # fmt: skip
-    (out / "report").mkdir(parents=True, exist_ok=True)
-    (out / "report" / "manifest.json").write_text(json.dumps(manifest, indent=1), encoding="utf-8")
-    write_report(
-        load_manifest(out / "report" / "manifest.json"),
-        out / "report" / "report.html",
-        out / "report" / "report.md",
-    )
-    return _print(
-        {"html": str(out / "report" / "report.html"), "markdown": str(out / "report" / "report.md")}
-    )
+    files = write_report_manifest(str(out / "report"), manifest)
+    write_report(load_manifest(files.manifest), Path(files.html), Path(files.markdown))
+    return _print({"html": files.html, "markdown": files.markdown})
 
 
 def _configure_run_logging(quiet: bool) -> bool | None:
@@ -459,17 +441,14 @@ def run_simplify_stage(args: argparse.Namespace) -> int:
 
 def run_extract_stage(args: argparse.Namespace) -> int:
     from dripper_core.config.extract import ExtractStageConfig
-    from dripper_core.config.extractor import labeler_spec, parse_extractor
+    from dripper_core.stages.corpus import extractor_spec
     from dripper_core.stages.extract import extract_with_spec
 
     progress = _configure_run_logging(args.quiet)
     stage = ExtractStageConfig.from_arguments(args)
     storage_options = parse_key_values(args.storage_option, "--storage-option") or None
-    if args.extractor:
-        spec = parse_extractor(args.extractor)
-    else:
-        options = parse_key_values(args.labeler_option, "--labeler-option")
-        spec = labeler_spec(args.labeler, options, stage.fallback, stage.fallback_on_empty)
+    options = None if args.extractor else parse_key_values(args.labeler_option, "--labeler-option")
+    spec = extractor_spec(args.extractor, args.labeler, options, stage.fallback, stage.fallback_on_empty)
     report = extract_with_spec(
         args.input,
         spec,

@@ -12,6 +12,14 @@ from typing import Any
 from airflow.sdk import BaseOperator
 
 from operators.hooks import RunStorageHook
+
+__all__ = [
+    "DaskStageOperator",
+    "StorageOperator",
+    "spawn_without_airflow_main",
+    "stage_report_dict",
+    "utc_now",
+]
 from operators.storage import DEFAULT_AWS_CONN_ID
 
 SELECTION_FILE = "_selection.json"
@@ -48,15 +56,10 @@ def utc_now() -> str:
 
 
 def stage_report_dict(report: Any) -> dict[str, Any]:
-    """The XCom form of a ``StageReport``: counts and the stage's roll-up, without per-shard lists."""
-    data = report.to_dict()
-    summary = data.pop("summary", {}) or {}
-    data["pages_in"] = summary.get("pages_in")
-    data["pages_out"] = summary.get("pages_out")
-    data["dropped"] = summary.get("dropped")
-    data["fallbacks"] = summary.get("fallbacks")
-    data["complete"] = summary.get("complete")
-    return data
+    """The XCom form of a ``StageReport`` (:func:`dripper_core.stages.corpus.stage_report_dict`)."""
+    from dripper_core.stages.corpus import stage_report_dict
+
+    return stage_report_dict(report)
 
 
 class StorageOperator(BaseOperator):

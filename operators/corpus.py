@@ -3,7 +3,6 @@ refine → tokenize → publish. Each operator calls a stage function and return
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,7 +14,6 @@ from dripper_core.config.simplify import SimplifyStageConfig
 from dripper_core.config.tokenize import TokenizeStageConfig
 from operators.base import (
     BUILD_SUMMARY_FILE,
-    SELECTION_FILE,
     DaskStageOperator,
     StorageOperator,
     spawn_without_airflow_main,
@@ -65,40 +63,18 @@ class SimplifyBatchOperator(DaskStageOperator):
         self.max_page_bytes = max_page_bytes
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from dripper_core.stages.runner import StageError, StageReport
-        from dripper_core.stages.simplify import SIMPLIFIED_STAGE, SimplifyStageOptions, simplify_shards
+        from dripper_core.stages.corpus import selection_plan, simplify_batch
 
-        started = time.perf_counter()
         root = self.selection_root or self.batch["selection_root"]
         hook = self.hook(root)
-        plan = hook.read_json(f"{root}/{SELECTION_FILE}")
-        if plan is None:
-            raise FileNotFoundError(f"{root}/{SELECTION_FILE} is missing: run select_warcs first")
-        first, count = int(self.batch["first_shard"]), int(self.batch["shards"])
-        options = SimplifyStageOptions(
-            warcs_per_shard=plan.get("warcs_per_shard", 1),
-            max_payload_bytes=int(self.max_payload_bytes),
-            max_page_bytes=int(self.max_page_bytes),
-        )
-        shards = list(enumerate(plan["shards"][first : first + count], start=first))
-        inputs = input_storage_options(plan["warc_files"][0], self.aws_conn_id)
+        plan = selection_plan(root, hook.storage_options)
         with spawn_without_airflow_main():
-            results, failures = simplify_shards(
-                root, shards, options, hook.storage_options, inputs, force=bool(self.force), progress=False,
-                **self.dask_arguments(),
+            return simplify_batch(
+                root, plan, self.batch, max_payload_bytes=int(self.max_payload_bytes),
+                max_page_bytes=int(self.max_page_bytes), storage_options=hook.storage_options,
+                input_storage_options=input_storage_options(plan["warc_files"][0], self.aws_conn_id),
+                force=bool(self.force), **self.dask_arguments(),
             )  # fmt: skip
-        if failures:
-            report = StageReport(SIMPLIFIED_STAGE, root, len(shards), failed=failures)
-            raise StageError(report)
-        return {
-            "batch": int(self.batch["batch"]),
-            "shards": len(shards),
-            "written": sum(r.status == "written" for r in results),
-            "skipped": sum(r.status == "skipped" for r in results),
-            "pages_in": sum(r.stats.rows_in for r in results),
-            "pages_out": sum(r.stats.rows_out for r in results),
-            "wall_seconds": round(time.perf_counter() - started, 3),
-        }
 
 
 class RecordSimplifyOperator(StorageOperator):
@@ -113,33 +89,10 @@ class RecordSimplifyOperator(StorageOperator):
         self.batch_results = batch_results
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from dripper_core.stages.runner import StageReport, record_stage_run
-        from dripper_core.stages.simplify import SIMPLIFIED_STAGE
+        from dripper_core.stages.corpus import record_simplify_batches
 
-        hook = self.hook(self.selection_root)
-        plan = hook.read_json(f"{self.selection_root}/{SELECTION_FILE}")
-        batches = [dict(result) for result in (self.batch_results or [])]
-        report = StageReport(
-            stage=SIMPLIFIED_STAGE,
-            root=self.selection_root,
-            shards=len(plan["shards"]),
-            written=sum(b["written"] for b in batches),
-            skipped=sum(b["skipped"] for b in batches),
-            wall_seconds=max((b["wall_seconds"] for b in batches), default=0.0),
-        )
-        record_stage_run(
-            self.selection_root,
-            report,
-            expected_shards=len(plan["shards"]),
-            storage_options=hook.storage_options,
-            parameters={"airflow_tasks": len(batches), "warc_files": len(plan["warc_files"])},
-        )
-        if not report.summary.get("complete", True):
-            raise RuntimeError(
-                f"{self.selection_root}/simplified is incomplete (missing shards "
-                f"{report.summary.get('shards_missing')}); rerun the failed simplify tasks"
-            )
-        return stage_report_dict(report)
+        root = self.selection_root
+        return record_simplify_batches(root, self.batch_results or [], self.hook(root).storage_options)
 
 
 def labeler_options_with_model(labeler_options: Any, model: Any) -> dict[str, Any]:
@@ -206,13 +159,11 @@ class ExtractOperator(DaskStageOperator):
 
     def spec(self) -> Any:
         """The extractor spec this task runs (validated; errors name the extractor and the field)."""
-        from dripper_core.config.extractor import check_labeler_options, labeler_spec, parse_extractor
+        from dripper_core.config.extractor import check_labeler_options
+        from dripper_core.stages.corpus import extractor_spec
 
-        if self.extractor:
-            spec = parse_extractor(self.extractor)
-        else:
-            options = labeler_options_with_model(self.labeler_options, self.labeler_model)
-            spec = labeler_spec(str(self.labeler), options, self.fallback, bool(self.fallback_on_empty))
+        options = labeler_options_with_model(self.labeler_options, self.labeler_model)
+        spec = extractor_spec(self.extractor, self.labeler, options, self.fallback, self.fallback_on_empty)
         check_labeler_options([spec])
         return spec
 
@@ -290,12 +241,9 @@ class RefineOperator(StorageOperator):
         self.slurm = slurm
 
     def config(self) -> dict[str, Any]:
-        config = dict(self.options or {})
-        if self.steps is not None:
-            config["steps"] = [step for step in self.steps if step != "tokenize"]
-        config["tasks"] = int(self.tasks)
-        config["workers"] = int(self.workers)
-        return config
+        from dripper_core.stages.corpus import refine_config
+
+        return refine_config(self.steps, self.tasks, self.workers, self.options)
 
     def execute(self, context: Any) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowFailException
@@ -332,26 +280,10 @@ class RefineOperator(StorageOperator):
         super().on_kill()
 
     def refine_result(self, summary: dict[str, Any]) -> dict[str, Any]:
-        """The XCom form of a refinement summary: its counts, the steps run and where the corpus is."""
-        from dripper_core.io.storage import join_path
+        """The XCom form of a refinement summary (:func:`dripper_core.stages.corpus.refine_result`)."""
+        from dripper_core.stages.corpus import refine_result
 
-        keep = (
-            "documents_in",
-            "documents_out",
-            "tokens_in",
-            "tokens_out",
-            "token_unit",
-            "dropped",
-            "balanced",
-            "complete",
-            "wall_seconds",
-        )
-        result = {key: summary[key] for key in keep if key in summary}
-        result["steps"] = [row["step"] for row in summary.get("steps", [])[1:]]
-        result["root"] = self.root
-        result["corpus"] = join_path(self.root, "corpus")
-        result["summary"] = join_path(self.root, "refine", "_summary.json")
-        return result
+        return refine_result(self.root, summary)
 
 
 class TokenizeOperator(StorageOperator):
@@ -380,30 +312,16 @@ class TokenizeOperator(StorageOperator):
         self.force = force
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from dripper_core.io.storage import join_path
-        from dripper_core.refine.tokenize import tokenize_corpus
+        from dripper_core.stages.corpus import tokenize_extractor
 
         if not self.tokenizer:
             raise AirflowSkipException(
                 "no tokenizer given: the corpus is not tokenized (set the tokenizer param)"
             )
-        summary = tokenize_corpus(
-            join_path(self.root, "corpus"),
-            join_path(self.root, "tokens"),
-            str(self.tokenizer),
-            self.eos_token or None,
-            storage_options=self.hook(self.root).storage_options,
-            force=bool(self.force),
-            log=self.log,
-        )
-        return {
-            "root": self.root,
-            "tokens": join_path(self.root, "tokens"),
-            "documents": summary["documents"],
-            "token_count": summary["tokens"],
-            "tokenizer": summary["tokenizer"],
-            "megatron_data_path": summary["megatron_data_path"],
-        }
+        with spawn_without_airflow_main():
+            return tokenize_extractor(self.root, str(self.tokenizer), self.eos_token or None,
+                                      storage_options=self.hook(self.root).storage_options,
+                                      force=bool(self.force), log=self.log)  # fmt: skip
 
 
 class PublishCorpusOperator(StorageOperator):
@@ -420,29 +338,14 @@ class PublishCorpusOperator(StorageOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         from dripper_core.io.storage import join_path
+        from dripper_core.stages.corpus import build_summary
 
         hook = self.hook(self.root)
-        simplify = hook.read_json(join_path(self.selection_root, "_run_summary.json"), {}) or {}
-        extract = hook.read_json(join_path(self.root, "_run_summary.json"), {}) or {}
-        refine = hook.read_json(join_path(self.root, "refine", "_summary.json"), {}) or {}
-        tokens = hook.read_json(join_path(self.root, "tokens", "_summary.json"))
-        summary = {
-            "crawl_id": self.crawl_id,
-            "run_root": self.root,
-            "selection_root": self.selection_root,
-            "corpus": join_path(self.root, "corpus"),
-            "tokens": join_path(self.root, "tokens") if tokens else None,
-            "dag_run": context["run_id"],
-            "written_at": utc_now(),
-            "parameters": {key: context["params"][key] for key in context.get("params") or {}},
-            "stages": {
-                **(simplify.get("stages") or {}),
-                **(extract.get("stages") or {}),
-            },
-            "stage_runs": {**(simplify.get("stage_runs") or {}), **(extract.get("stage_runs") or {})},
-            "refine": {k: v for k, v in refine.items() if k not in ("config",)},
-            "tokens_summary": tokens,
-        }
+        summary = build_summary(
+            self.root, self.selection_root, hook.storage_options, crawl_id=self.crawl_id,
+            dag_run=context["run_id"], written_at=utc_now(),
+            parameters={key: context["params"][key] for key in context.get("params") or {}},
+        )  # fmt: skip
         path = hook.write_json(join_path(self.root, BUILD_SUMMARY_FILE), summary)
         extra = {
             "crawl_id": self.crawl_id,
@@ -450,8 +353,8 @@ class PublishCorpusOperator(StorageOperator):
             "corpus": summary["corpus"],
             "tokens": summary["tokens"],
             "build_summary": path,
-            "documents": refine.get("documents_out"),
-            "token_count": (tokens or {}).get("tokens"),
+            "documents": summary["refine"].get("documents_out"),
+            "token_count": (summary["tokens_summary"] or {}).get("tokens"),
         }
         for outlet in self.outlets:
             context["outlet_events"][outlet].extra = extra

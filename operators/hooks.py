@@ -20,32 +20,21 @@ same folders (finished shards are skipped) and different parameters never mix.
 
 from __future__ import annotations
 
-import gzip
-import json
 import posixpath
-import uuid
 from typing import Any
 
 from dripper_core.config.extractor import slug
 from operators.storage import DEFAULT_AWS_CONN_ID, storage_options_for
 
-__all__ = ["RunStorageHook", "extractor_key", "selection_key", "slug"]
+__all__ = ["RunStorageHook", "extractor_key", "slug"]
 
 
-def selection_key(
-    count: int | None, fraction: float | None, seed: int | str, warcs_per_shard: int = 1
-) -> str:
-    """``n4-seed0``, ``f0.01-seed7``, ``all-seed0`` (``-w2`` with 2 WARC files per shard)."""
-    if count is not None:
-        key = f"n{int(count)}"
-    elif fraction is not None:
-        key = f"f{float(fraction):g}"
-    else:
-        key = "all"
-    key += f"-seed{slug(str(seed))}"
-    if int(warcs_per_shard) != 1:
-        key += f"-w{int(warcs_per_shard)}"
-    return key
+def __getattr__(name: str) -> Any:
+    if name == "selection_key":  # a selection's folder name: dripper_core.stages.selection's, loaded on use
+        from dripper_core.stages.selection import selection_key
+
+        return selection_key
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def extractor_key(
@@ -122,34 +111,13 @@ class RunStorageHook:
         return fs.exists(fs_path)
 
     def read_json(self, path: str, default: Any = None) -> Any:
-        """The JSON document at ``path`` (gzip when it ends in ``.gz``), or ``default`` when absent."""
-        from dripper_core.io.storage import open_url
+        """The JSON document at ``path`` (gzip for ``.gz``), or ``default`` (:mod:`dripper_core.io.json_files`)."""
+        from dripper_core.io.json_files import read_json
 
-        try:
-            with open_url(path, "rb", self.storage_options) as f:
-                data = f.read()
-        except FileNotFoundError:
-            return default
-        if path.endswith(".gz"):
-            data = gzip.decompress(data)
-        return json.loads(data)
+        return read_json(path, self.storage_options, default)
 
     def write_json(self, path: str, document: Any) -> str:
-        """Write ``document`` as JSON (gzip for ``.gz``) in one step: a temporary name renamed into place on
-        local disks; object stores publish an upload only when it is complete."""
-        from dripper_core.io.storage import filesystem_for, is_local
+        """Write ``document`` as JSON in one step (:func:`dripper_core.io.json_files.write_json`)."""
+        from dripper_core.io.json_files import write_json
 
-        data = (json.dumps(document, indent=1, sort_keys=True, default=str) + "\n").encode()
-        if path.endswith(".gz"):
-            data = gzip.compress(data, mtime=0)
-        fs, fs_path = filesystem_for(path, self.storage_options)
-        fs.makedirs(posixpath.dirname(fs_path), exist_ok=True)
-        if is_local(path):
-            tmp = f"{fs_path}.{uuid.uuid4().hex}.tmp"
-            with fs.open(tmp, "wb") as f:
-                f.write(data)
-            fs.mv(tmp, fs_path)
-        else:
-            with fs.open(fs_path, "wb") as f:
-                f.write(data)
-        return path
+        return write_json(path, document, self.storage_options)

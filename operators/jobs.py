@@ -65,26 +65,11 @@ class ModuleJobOperator(BaseOperator):
 
     def check_available(self) -> None:
         """Fail (no retry) when the module or a requirement is not importable where the job runs."""
-        import subprocess
-
         from airflow.sdk.exceptions import AirflowFailException
 
-        probe = (
-            "import importlib.util, sys\n"
-            "def found(name):\n"
-            "    try:\n"
-            "        return importlib.util.find_spec(name) is not None\n"
-            "    except ImportError:\n"
-            "        return False\n"
-            "print(' '.join(name for name in sys.argv[1:] if not found(name)))"
-        )
-        missing = subprocess.run(
-            [sys.executable, "-c", probe, self.module, *self.requires],
-            capture_output=True,
-            text=True,
-            env=self.job_environment(),
-            check=True,
-        ).stdout.split()
+        from dripper_core.stages.jobs import missing_modules
+
+        missing = missing_modules([self.module, *self.requires], self.job_environment())
         if missing:
             raise AirflowFailException(
                 f"{self.task_id}: the {self.stage} stage cannot run: module {missing[0]!r} is not importable in "
@@ -93,35 +78,35 @@ class ModuleJobOperator(BaseOperator):
             )
 
     def command(self) -> list[str]:
-        import sys
-
         launcher = self.launcher or [sys.executable, "-m"]
         return [*launcher, self.module, *(str(a) for a in (self.arguments or []) if a is not None)]
 
     def execute(self, context: Any) -> dict[str, Any]:
-        import contextlib
-        import json
         import subprocess
 
         from airflow.sdk.exceptions import AirflowException
 
+        from dripper_core.stages.jobs import last_json_object
+
         self.check_available()
         command = self.command()
         self.log.info("running: %s", " ".join(command))
-        env = self.job_environment()
         started = time.perf_counter()
-        result = None
         tail: list[str] = []
         self._process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, bufsize=1
-        )
-        for line in self._process.stdout:
-            line = line.rstrip("\n")
-            self.log.info("%s", line)
-            tail = [*tail[-19:], line]
-            if line.startswith("{") and line.endswith("}"):
-                with contextlib.suppress(json.JSONDecodeError):
-                    result = json.loads(line)
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.job_environment(),
+            bufsize=1,
+        )  # fmt: skip
+
+        def lines() -> Any:
+            nonlocal tail
+            for line in self._process.stdout:
+                line = line.rstrip("\n")
+                self.log.info("%s", line)
+                tail = [*tail[-19:], line]
+                yield line
+
+        result = last_json_object(lines())
         returncode = self._process.wait()
         if returncode != 0:
             raise AirflowException(
@@ -218,42 +203,38 @@ class PretrainOperator(ModuleJobOperator):
         self.slurm = slurm
 
     def execute(self, context: Any) -> dict[str, Any]:
-        import os
-
         from airflow.sdk.exceptions import AirflowFailException
 
         if self.run_on not in ("local", "slurm"):
             raise AirflowFailException(f"{self.task_id}: run_on={self.run_on!r}: use 'local' or 'slurm'")
-        tokens = self.tokens["tokens"] if isinstance(self.tokens, dict) else self.tokens
-        tokens = _local_dir(tokens, "tokens folder")
-        root = os.path.dirname(tokens.rstrip("/"))
-        tokenizer = str(self.tokenizer)
-        if os.path.isfile(tokenizer):
-            tokenizer = os.path.dirname(tokenizer)  # the CLI wants the tokenizer's folder
-        from dripper_core.layout import ExtractorLayout
-        from eval.ablation import default_train_run
-
-        stage = self.stage_config()
-        run_dir = ExtractorLayout(root).pretrain(
-            str(self.run_name or default_train_run(stage.model, stage.train_steps))
-        )
-        if self.run_on == "local":
-            self.launcher = stage.launcher()
-        self.arguments = stage.train_arguments(run_dir, tokens, tokenizer)
+        job = self.job()
+        self.launcher = job.launcher if self.run_on == "local" else None
+        self.arguments = job.train
         if self.run_on == "slurm":
             from operators.slurm import submit_pretrain
 
-            submit_pretrain(self, context, run_dir, root)  # defers to execute_slurm_complete
+            submit_pretrain(self, context, job.run_dir, job.root)  # defers to execute_slurm_complete
         train = super().execute(context)
-        return self._export(context, run_dir, root, train["result"])
+        return self._export(context, job, train["result"])
+
+    def job(self) -> Any:
+        """The training run of the rendered fields (:func:`dripper_core.stages.jobs.pretrain_job`)."""
+        import os
+
+        from dripper_core.stages.jobs import pretrain_job
+
+        tokens = _local_dir(
+            self.tokens["tokens"] if isinstance(self.tokens, dict) else self.tokens, "tokens folder"
+        )
+        root = os.path.dirname(tokens.rstrip("/"))
+        return pretrain_job(self.stage_config(), root, tokens, str(self.tokenizer), self.run_name)
 
     def execute_slurm_complete(self, context: Any, event: dict[str, Any], **job: Any) -> dict[str, Any]:
         """Resumed when the Slurm training job ended: fail with its log tail, or export as locally."""
-        from operators.slurm import job_outcome, resume_kwargs
+        from operators.slurm import job_outcome
 
-        job = resume_kwargs(event, job)
         train = job_outcome(self, event, f"{self.task_id}: pretraining")
-        return self._export(context, job["run_dir"], job["root"], train["result"])
+        return self._export(context, self.job(), train["result"])
 
     def on_kill(self) -> None:
         from operators.slurm import on_kill_cancel
@@ -279,24 +260,11 @@ class PretrainOperator(ModuleJobOperator):
         except StageConfigError as error:
             raise AirflowFailException(f"{self.task_id}: {error}") from None
 
-    def _export(self, context: Any, run_dir: str, root: str, train: Any) -> dict[str, Any]:
-        import os
+    def _export(self, context: Any, job: Any, train: Any) -> dict[str, Any]:
+        from dripper_core.stages.jobs import pretrain_result
 
-        from dripper_core.layout import ExtractorLayout
-
-        self.launcher = None
-        hf_root = ExtractorLayout(root).hf_checkpoints(os.path.basename(run_dir.rstrip("/")))
-        self.arguments = PretrainStageConfig.export_arguments(run_dir, hf_root)
-        export = super().execute(context)
-        checkpoints = [item["out"] for item in (export["result"] or {}).get("checkpoints") or []]
-        return {
-            "run_dir": run_dir,
-            "hf_dir": checkpoints[-1] if checkpoints else hf_root,
-            "checkpoints": checkpoints,
-            "root": root,
-            "train": train,
-            "export": export["result"],
-        }
+        self.launcher, self.arguments = None, job.export
+        return pretrain_result(job, train, super().execute(context)["result"])
 
 
 class ExtractionBenchmarkOperator(ModuleJobOperator):
@@ -345,56 +313,26 @@ class ExtractionBenchmarkOperator(ModuleJobOperator):
         self.aws_conn_id = aws_conn_id
 
     def execute(self, context: Any) -> dict[str, Any]:
-        import json
         import os
         import tempfile
 
-        from dripper_core.io.storage import join_path
+        from dripper_core.stages.jobs import extraction_benchmark_arguments, store_extraction_benchmark
 
-        data = [self.data] if isinstance(self.data, str) else list(self.data)
-        extractors = [self.extractors] if isinstance(self.extractors, str) else list(self.extractors or [])
-        extractors += [f"dripper:{labeler}" for labeler in self.dripper_labelers or []]
-        specs = [json.dumps(spec, sort_keys=True) for spec in self.extractor_specs or []]
         hook = RunStorageHook(self.output_dir, self.aws_conn_id)
         with tempfile.TemporaryDirectory(prefix="extraction-benchmark-") as tmp:
             summary_file, pages_file = os.path.join(tmp, "summary.json"), os.path.join(tmp, "pages.jsonl")
-            group_by = self.group_by if isinstance(self.group_by, str) else ",".join(self.group_by or [])
-            self.arguments = [
-                "--data",
-                *data,
-                *(["--extractor", *extractors] if extractors else []),
-                *(["--extractor-spec", *specs] if specs else []),
-                "--group-by",
-                group_by,
-                "--workers",
-                int(self.workers),
-                "--out",
-                summary_file,
-                "--pages-out",
-                pages_file,
-                "--no-progress",
-                *(["--limit", int(self.limit)] if self.limit not in (None, "") else []),
-            ]
+            self.arguments = extraction_benchmark_arguments(
+                self.data, self.extractors, self.dripper_labelers, self.extractor_specs, self.group_by,
+                self.workers, self.limit, summary_file, pages_file,
+            )  # fmt: skip
             super().execute(context)
-            from eval.extraction import format_report
-
-            with open(summary_file, encoding="utf-8") as f:
-                summary = json.load(f)
-            report = format_report(summary)
-            from dripper_core.io.storage import filesystem_for
-
-            fs, base = filesystem_for(self.output_dir, hook.storage_options)
-            fs.makedirs(base, exist_ok=True)
-            fs.put_file(pages_file, f"{base.rstrip('/')}/pages.jsonl")
-        hook.write_json(join_path(self.output_dir, "summary.json"), summary)
-        report_path = join_path(self.output_dir, "report.txt")
-        with fs.open(f"{base.rstrip('/')}/report.txt", "w") as f:
-            f.write(report + "\n")
-        rows = {row: data["all"] for row, data in summary["rows"].items()}
-        extra = {"output_dir": self.output_dir, "report": report_path, "extractors": list(rows)}
+            result = store_extraction_benchmark(
+                self.output_dir, summary_file, pages_file, hook.storage_options
+            )
+        extra = {key: result[key] for key in ("output_dir", "report", "extractors")}
         for outlet in self.outlets:
             context["outlet_events"][outlet].extra = extra
-        return {**extra, "summary": join_path(self.output_dir, "summary.json"), "rows": rows}
+        return result
 
 
 class EvaluateOperator(ModuleJobOperator):
@@ -457,63 +395,33 @@ class EvaluateOperator(ModuleJobOperator):
         super().on_kill()
 
     def execute(self, context: Any, slurm_event: dict[str, Any] | None = None) -> dict[str, Any]:
-        import json
         import os
-        import shutil
+
+        from dripper_core.stages.jobs import EvaluationFolders, collect_scores, suite_arguments
 
         if self.run_on not in ("local", "slurm"):
             from airflow.sdk.exceptions import AirflowFailException
 
             raise AirflowFailException(f"{self.task_id}: run_on={self.run_on!r}: use 'local' or 'slurm'")
         run_dir = _local_dir(self.model["run_dir"], "model run")
-        root = self.model["root"]
-        folders = list(self.model.get("checkpoints") or []) or [self.model["hf_dir"]]
-        from dripper_core.layout import ExtractorLayout
-
-        eval_dir = ExtractorLayout(root).evaluation(os.path.basename(run_dir.rstrip("/")))
-        out_dir = os.path.join(eval_dir, "checkpoints")
-        os.makedirs(out_dir, exist_ok=True)
-        self.arguments = [
-            "--model-dir",
-            *folders,
-            "--suite",
-            self.suite,
-            "--out-dir",
-            out_dir,
-            "--device",
-            self.device,
-            *(["--limit", self.limit] if self.limit not in (None, "") else []),
-            *(["--fixtures", self.fixtures] if self.fixtures not in (None, "") else []),
-            *(self.extra_arguments or []),
-        ]
+        run = os.path.basename(run_dir.rstrip("/"))
+        models = list(self.model.get("checkpoints") or []) or [self.model["hf_dir"]]
+        folders = EvaluationFolders.of(self.model["root"], run)
+        os.makedirs(folders.checkpoints, exist_ok=True)
+        self.arguments = suite_arguments(models, self.suite, folders.checkpoints, self.device, self.limit,
+                                         self.fixtures, self.extra_arguments)  # fmt: skip
         if self.run_on == "slurm" and slurm_event is None:
             from operators.slurm import submit_module_job
 
-            name = f"eval-{os.path.basename(run_dir.rstrip('/'))}"
-            log_dir = os.path.join(eval_dir, "slurm")
-            submit_module_job(self, log_dir=log_dir, job_name=name, launcher="python")  # defers
+            log_dir = os.path.join(folders.folder, "slurm")
+            submit_module_job(self, log_dir=log_dir, job_name=f"eval-{run}", launcher="python")  # defers
         if slurm_event is None:
             super().execute(context)
         else:
             from operators.slurm import job_outcome
 
             job_outcome(self, slurm_event, f"{self.task_id}: evaluation")
-        checkpoint_scores = [
-            os.path.join(out_dir, f"{os.path.basename(f.rstrip('/'))}.json") for f in folders
-        ]
-        scores = os.path.join(eval_dir, "scores.json")
-        shutil.copyfile(checkpoint_scores[-1], scores)
-        with open(scores, encoding="utf-8") as f:
-            summary = json.load(f)
-        return {
-            "root": root,
-            "run_dir": run_dir,
-            "scores": scores,
-            "checkpoint_scores": checkpoint_scores,
-            "mean": summary.get("mean"),
-            "mean_stderr": summary.get("mean_stderr"),
-            "categories": summary.get("categories"),
-        }
+        return {"root": self.model["root"], "run_dir": run_dir, **collect_scores(folders, models)}
 
 
 class CheckSuiteOperator(ModuleJobOperator):
@@ -601,18 +509,12 @@ class AblationReportOperator(ModuleJobOperator):
         return manifest
 
     def execute(self, context: Any) -> dict[str, Any]:
-        import json
-        import os
+        from dripper_core.stages.jobs import write_report_manifest
 
-        output_dir = _local_dir(self.output_dir, "report folder")
-        os.makedirs(output_dir, exist_ok=True)
-        manifest_path = os.path.join(output_dir, "manifest.json")
-        with open(manifest_path, "w", encoding="utf-8") as f:
-            json.dump(self.manifest(), f, indent=1)
-        html, markdown = os.path.join(output_dir, "report.html"), os.path.join(output_dir, "report.md")
-        self.arguments = ["--manifest", manifest_path, "--html", html, "--markdown", markdown]
+        files = write_report_manifest(_local_dir(self.output_dir, "report folder"), self.manifest())
+        self.arguments = files.arguments()
         super().execute(context)
-        extra = {"html": html, "markdown": markdown, "manifest": manifest_path}
+        extra = {"html": files.html, "markdown": files.markdown, "manifest": files.manifest}
         for outlet in self.outlets:
             context["outlet_events"][outlet].extra = extra
         return extra

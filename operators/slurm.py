@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -183,14 +182,11 @@ def resume_kwargs(event: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, An
 
 
 def _last_json(path: str) -> dict[str, Any] | None:
-    result = None
+    from dripper_core.stages.jobs import last_json_object
+
     with contextlib.suppress(OSError), open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            line = line.strip()
-            if line.startswith("{") and line.endswith("}"):
-                with contextlib.suppress(json.JSONDecodeError):
-                    result = json.loads(line)
-    return result
+        return last_json_object(f)
+    return None
 
 
 def job_outcome(operator: Any, event: dict[str, Any], what: str, tail_lines: int = 40) -> dict[str, Any]:

@@ -3,7 +3,6 @@ select the WARC files of a corpus build (``corpus_build``'s first task)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -14,7 +13,6 @@ from operators.base import (
     StorageOperator,
     utc_now,
 )
-from operators.hooks import selection_key
 from operators.storage import input_storage_options
 
 # -- cc_snapshot_refresh -----------------------------------------------------------------------------------
@@ -39,13 +37,13 @@ class FindNewCrawlsOperator(StorageOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         from dripper_core.io.snapshots import list_crawls
+        from dripper_core.stages.selection import new_crawls
 
         hook = self.hook()
         crawls = list_crawls(self.crawl_index, input_storage_options(self.crawl_index, self.aws_conn_id))
         known = (hook.read_json(hook.known_crawls_path(), {}) or {}).get("crawls", {})
         listed = [crawl.id for crawl in crawls]
-        new = [crawl_id for crawl_id in listed if crawl_id not in known]
-        publish = new[: max(0, int(self.max_new_crawls))]
+        new, publish = new_crawls(listed, known, self.max_new_crawls)
         self.log.info(
             "%d crawls listed in %s, %d known before, %d new; publishing %s",
             len(listed),
@@ -114,23 +112,14 @@ class RecordKnownCrawlsOperator(StorageOperator):
         self.published = published
 
     def execute(self, context: Any) -> dict[str, Any]:
+        from dripper_core.stages.selection import record_known_crawls
+
         hook = self.hook()
         path = hook.known_crawls_path()
-        state = hook.read_json(path, {}) or {}
-        crawls = dict(state.get("crawls") or {})
-        now = utc_now()
-        run_id = context["run_id"]
-        added = 0
-        for crawl_id in self.listed or []:
-            if crawl_id not in crawls:
-                crawls[crawl_id] = {"first_seen": now}
-                added += 1
-        for crawl_id in self.published or []:
-            crawls.setdefault(crawl_id, {"first_seen": now}).update(
-                published_by=run_id, manifest=hook.crawl_manifest_path(crawl_id)
-            )
-        hook.write_json(path, {"crawls": crawls, "updated_at": now})
-        return {"state": path, "known": len(crawls), "added": added}
+        state, added = record_known_crawls(hook.read_json(path, {}), self.listed, self.published,
+                                           context["run_id"], hook.crawl_manifest_path, utc_now())  # fmt: skip
+        hook.write_json(path, state)
+        return {"state": path, "known": len(state["crawls"]), "added": added}
 
 
 # -- corpus_build ------------------------------------------------------------------------------------------
@@ -149,11 +138,6 @@ def _triggering_crawl(context: Any) -> dict[str, Any] | None:
         return None
     found.sort(key=lambda item: item[0])
     return found[-1][1] | {"events": len(found)}
-
-
-#: A selection that names no count or fraction takes every file only of a listing this small: a whole
-#: crawl (about 100,000 files) must be asked for (``warc_fraction`` 1).
-WHOLE_CRAWL_GUARD = 1000
 
 
 class SelectWarcsOperator(StorageOperator):
@@ -223,20 +207,11 @@ class SelectWarcsOperator(StorageOperator):
         return crawl_id, crawl_base
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from dripper_core.io.snapshots import read_warc_paths, resolve_base, select_warc_paths, warc_urls
-        from dripper_core.stages.simplify import plan_simplify_shards
+        from airflow.sdk.exceptions import AirflowFailException
 
-        count = None if self.count in (None, "") else int(self.count)
-        fraction = None if self.fraction in (None, "") else float(self.fraction)
-        if count is not None and fraction is not None:
-            raise ValueError(
-                f"give the number of WARC files ({count}) or the fraction ({fraction}), not both: "
-                "empty one of them in the trigger form"
-            )
-        warcs_per_task, warcs_per_shard = int(self.warcs_per_task), int(self.warcs_per_shard)
-        if warcs_per_task < 1 or warcs_per_shard < 1:
-            raise ValueError(f"warcs_per_task and warcs_per_shard must be at least 1, got {warcs_per_task}, "
-                             f"{warcs_per_shard}")  # fmt: skip
+        from dripper_core.io.snapshots import read_warc_paths, resolve_base
+        from dripper_core.stages.selection import WholeCrawlNotAsked, plan_selection
+
         hook = self.hook()
         crawl_id, crawl_base = self._crawl(context)
         base = resolve_base(crawl_base)
@@ -250,33 +225,15 @@ class SelectWarcsOperator(StorageOperator):
         else:
             entries = read_warc_paths(base, crawl_id, input_storage_options(base, self.aws_conn_id))
             self.log.info("%s: %d WARC files listed under %s", crawl_id, len(entries), base)
-        if count is None and fraction is None and len(entries) > WHOLE_CRAWL_GUARD:
-            from airflow.sdk.exceptions import AirflowFailException
-
-            raise AirflowFailException(
-                f"{crawl_id} lists {len(entries):,} WARC files and neither warc_count nor warc_fraction is "
-                "set: give the number of files (or DRIPPER_WARC_COUNT for new-crawl builds), or "
-                "warc_fraction 1 for the whole crawl"
-            )
-        chosen = select_warc_paths(entries, count=count, fraction=fraction, seed=self.seed)
-        if not chosen:
-            raise ValueError(
-                f"{crawl_id}: the selection is empty (the crawl lists {len(entries)} WARC files)"
-            )
-        files = warc_urls(base, chosen)
-        shards = plan_simplify_shards(files, warcs_per_shard)
-        shards_per_task = max(1, math.ceil(warcs_per_task / warcs_per_shard))
-        selection = selection_key(count, fraction, self.seed, warcs_per_shard)
-        root = hook.selection_root(crawl_id, selection)
-        batches = [
-            {
-                "batch": b,
-                "first_shard": first,
-                "shards": min(shards_per_task, len(shards) - first),
-                "selection_root": root,
-            }
-            for b, first in enumerate(range(0, len(shards), shards_per_task))
-        ]
+        try:
+            selected = plan_selection(crawl_id, base, entries, count=self.count, fraction=self.fraction,
+                                      seed=self.seed, warcs_per_task=self.warcs_per_task,
+                                      warcs_per_shard=self.warcs_per_shard)  # fmt: skip
+        except WholeCrawlNotAsked as error:
+            raise AirflowFailException(str(error)) from None  # a retry cannot fix it
+        plan, root = selected["plan"], hook.selection_root(crawl_id, selected["key"])
+        files, shards = plan["warc_files"], plan["shards"]
+        batches = [{**batch, "selection_root": root} for batch in selected["batches"]]
         path = f"{root}/{SELECTION_FILE}"
         previous = hook.read_json(path)
         if previous is not None and previous.get("shards") != shards:
@@ -284,27 +241,14 @@ class SelectWarcsOperator(StorageOperator):
                 f"{root} was planned from other WARC files ({previous.get('crawl_base')}); its shards would "
                 "mix two selections. Use the same crawl location, or another storage root"
             )
-        hook.write_json(
-            path,
-            {
-                "crawl_id": crawl_id,
-                "crawl_base": base,
-                "count": count,
-                "fraction": fraction,
-                "seed": self.seed,
-                "warcs_per_shard": warcs_per_shard,
-                "warc_files": files,
-                "shards": shards,
-                "planned_at": (previous or {}).get("planned_at") or utc_now(),
-            },
-        )
+        hook.write_json(path, {**plan, "planned_at": (previous or {}).get("planned_at") or utc_now()})
         self.log.info(
             "%d WARC files → %d shards in %d simplify tasks → %s", len(files), len(shards), len(batches), root
         )
         summary = {
             "crawl_id": crawl_id,
             "crawl_base": base,
-            "selection": selection,
+            "selection": selected["key"],
             "selection_root": root,
             "warc_files": len(files),
             "shards": len(shards),

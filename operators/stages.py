@@ -3,6 +3,8 @@ The DAGs import them from here; they live in :mod:`operators.snapshots` (crawls 
 :mod:`operators.corpus` (simplify → extract → refine → tokenize → publish) and :mod:`operators.jobs` (long
 jobs in processes of their own), on :mod:`operators.base`.
 
+What is not Airflow's (arguments, checks, folders, result dicts) is :mod:`dripper_core.stages.corpus`,
+:mod:`dripper_core.stages.selection` and :mod:`dripper_core.stages.jobs`, which ``dripper run`` shares.
 Data moves between tasks as files under the storage root (layout: :mod:`operators.hooks`); XCom carries
 paths, counts and summaries only. Every operator is idempotent: the stage functions skip finished shards
 (and datatrove tasks), and the small JSON files written here are rewritten with the same content on a
@@ -12,17 +14,17 @@ DAG file is parsed.
 ============================  ==============================================================================
 operator                      calls
 ============================  ==============================================================================
-FindNewCrawlsOperator         ``dripper_core.io.snapshots.list_crawls`` + the known-crawls state file
+FindNewCrawlsOperator         ``list_crawls`` + ``dripper_core.stages.selection.new_crawls``
 WriteCrawlManifestOperator    ``read_warc_paths``; writes the crawl's manifest, emits the manifest asset
-RecordKnownCrawlsOperator     updates the known-crawls state file
-SelectWarcsOperator           ``select_warc_paths`` / ``warc_urls`` / ``plan_simplify_shards``
-SimplifyBatchOperator         ``simplify_shard`` for one batch of shards, via ``run_shard_tasks`` (Dask)
-RecordSimplifyOperator        ``record_stage_run`` once every batch is done
-ExtractOperator               ``extract_stage``
-RefineOperator                ``dripper_core.refine.run_refine`` (without tokenize)
+RecordKnownCrawlsOperator     ``record_known_crawls`` into the known-crawls state file
+SelectWarcsOperator           ``dripper_core.stages.selection.plan_selection``; writes ``_selection.json``
+SimplifyBatchOperator         ``dripper_core.stages.corpus.simplify_batch`` (``simplify_shards`` on Dask)
+RecordSimplifyOperator        ``record_simplify_batches`` once every batch is done
+ExtractOperator               ``extractor_spec`` + ``extract_with_spec``
+RefineOperator                ``run_refine`` with ``refine_config`` (no tokenize), ``refine_result``
 SlurmRefineOperator           the same through datatrove's ``SlurmPipelineExecutor``, awaited in the triggerer
-TokenizeOperator              ``MegatronTokenWriter`` per corpus file + ``write_tokens_summary``
-PublishCorpusOperator         writes ``_build_summary.json``, emits the corpus asset
+TokenizeOperator              ``tokenize_extractor`` (``tokenize_corpus``: the refine step's writer)
+PublishCorpusOperator         ``build_summary`` into ``_build_summary.json``, emits the corpus asset
 ModuleJobOperator             ``python -m MODULE …`` in a process of its own (long jobs: training, evaluation)
 PretrainOperator              ``python -m pretrain train`` (``torchrun`` on GPUs, or an ``sbatch`` job with
                               ``executor="slurm"``: :mod:`operators.slurm`) and ``… export``

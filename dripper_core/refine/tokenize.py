@@ -10,6 +10,10 @@ The files are what Megatron-core's ``IndexedDataset(prefix)`` reads (the ``.idx`
 ``uint16`` for vocabularies up to 65,536 and ``int32`` above (Qwen's 151k). :func:`read_token_documents`
 reads them back without torch; :func:`write_tokens_summary` lists the prefixes for training
 (``tokens/_summary.json``).
+
+One path, two front ends: the refinement's ``tokenize`` step puts the writer after the corpus writer; a
+tokenize stage of its own (:func:`tokenize_corpus`) puts it after :class:`CorpusFileReader` over the corpus
+files, in the same kind of datatrove pipeline, and writes the same bytes.
 """
 
 from __future__ import annotations
@@ -19,11 +23,12 @@ import os
 import posixpath
 import struct
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from functools import lru_cache
 from typing import Any
 
 import numpy as np
+from datatrove.pipeline.readers.parquet import ParquetReader
 from datatrove.pipeline.tokens.megatron_tokenizer import MegatronDocumentTokenizer, MegatronTokenizedFile
 from datatrove.utils.batching import batched
 
@@ -31,6 +36,7 @@ from dripper_core.io.storage import filesystem_for, is_local, join_path
 
 __all__ = [
     "TOKENS_SUMMARY_NAME",
+    "CorpusFileReader",
     "MegatronTokenWriter",
     "load_tokenizer_file",
     "read_index",
@@ -105,7 +111,9 @@ def check_tokenizer(path: str, eos_token: str | None) -> dict[str, Any]:
 class MegatronTokenWriter(MegatronDocumentTokenizer):
     """Write each document's tokens (plus ``eos_token``) to ``{output_folder}/part-{rank:05d}.bin/.idx``.
 
-    The last step of a pipeline: it consumes the documents and yields none.
+    The last step of a pipeline: it consumes the documents and yields none. ``file_names``: the names of
+    the tasks' files instead (task ``r`` writes ``file_names[r]`` and then ``file_names[r].done``), for a
+    pipeline over named corpus files.
     """
 
     name = "🔢 Megatron tokens"
@@ -116,7 +124,9 @@ class MegatronTokenWriter(MegatronDocumentTokenizer):
         tokenizer: str,
         eos_token: str | None = "<|endoftext|>",
         batch_size: int = 1000,
+        file_names: Sequence[str] | None = None,
     ) -> None:
+        self.file_names = list(file_names) if file_names is not None else None
         super().__init__(
             output_folder,
             tokenizer_name_or_path=resolve_tokenizer_file(tokenizer),
@@ -142,7 +152,11 @@ class MegatronTokenWriter(MegatronDocumentTokenizer):
         return output
 
     def run(self, data: Any, rank: int = 0, world_size: int = 1) -> None:
-        self.write_tokens(data or [], f"part-{rank:05d}")
+        name = self.file_names[rank] if self.file_names is not None else f"part-{rank:05d}"
+        self.write_tokens(data or [], name)
+        if self.file_names is not None:  # resumable per named file (tokenize_corpus), not per task
+            with self.output_folder.open(f"{name}.done", "wb"):
+                pass
 
 
 def read_index(idx_path: str, fs: Any = None) -> dict[str, Any]:
@@ -224,6 +238,60 @@ def write_tokens_summary(
     return summary
 
 
+class CorpusFileReader(ParquetReader):
+    """Read whole corpus files (``files``, relative to ``data_folder``): task ``r`` reads ``files[r]``.
+
+    Every row becomes a document, an empty text included (datatrove's own readers drop those, which would
+    shift every later row of the token file against the corpus); rows count as ``rows``.
+    """
+
+    name = "📒 Corpus files"
+
+    def __init__(self, data_folder: Any, files: Sequence[str], batch_size: int = 1000) -> None:
+        super().__init__(data_folder, batch_size=batch_size)
+        self.files = list(files)
+
+    def read_file(self, filepath: str) -> Any:
+        import pyarrow.parquet as pq
+        from datatrove.data import Document
+
+        with self.data_folder.open(filepath, "rb") as f, pq.ParquetFile(f) as parquet:
+            for batch in parquet.iter_batches(
+                batch_size=self.batch_size, columns=["id", "text", "extractor"]
+            ):
+                for row in batch.to_pylist():
+                    self.stat_update("rows")
+                    yield Document(
+                        text=row["text"] or "", id=row["id"], metadata={"extractor": row["extractor"]}
+                    )
+
+    def run(self, data: Any = None, rank: int = 0, world_size: int = 1) -> Any:
+        yield from self.read_files_shard(self.files[rank : rank + 1])
+
+
+def _check_previous_tokens(
+    fs: Any, tokens_path: str, info: dict[str, Any], force: bool, tokens_dir: str
+) -> None:
+    """Start over on ``force``; refuse tokens of another tokenizer (or end-of-document token)."""
+    summary_path = posixpath.join(tokens_path, TOKENS_SUMMARY_NAME)
+    if not (fs.exists(summary_path) or fs.exists(tokens_path)):
+        return
+    previous = None
+    if fs.exists(summary_path):
+        with fs.open(summary_path, "rb") as f:
+            previous = json.loads(f.read())
+    same = previous is None or (
+        previous.get("tokenizer") == info["tokenizer"] and previous.get("eos_token") == info["eos_token"]
+    )
+    if not same and not force:
+        raise ValueError(
+            f"{tokens_dir} holds tokens of {previous.get('tokenizer')}; tokenizing with "
+            f"{info['tokenizer']} would mix two vocabularies: set force to start over"
+        )
+    if force or not same:
+        fs.rm(tokens_path, recursive=True)
+
+
 def tokenize_corpus(
     corpus_dir: str,
     tokens_dir: str,
@@ -236,63 +304,63 @@ def tokenize_corpus(
 ) -> dict[str, Any]:
     """``corpus/part-X.parquet`` → ``tokens/part-X.bin/.idx`` (+ ``part-X.done``) and ``tokens/_summary.json``.
 
-    The same writer and summary as the refinement's own tokenize step; this loop makes tokenization a step
-    of its own (corpus_build's ``tokenize`` task), resumable per file.
+    The refinement's own tokenize step as a pass of its own (corpus_build's ``tokenize`` task, ``dripper
+    run tokenize``): the same :class:`MegatronTokenWriter`, fed by :class:`CorpusFileReader` instead of the
+    refinement's last step, in a datatrove pipeline with one task per corpus file not yet tokenized (the
+    ``.done`` markers make it resumable per file, whatever the task numbers). Each token file is checked to
+    hold one sequence per corpus row. Returns the summary (:func:`write_tokens_summary`).
     """
-    import pyarrow.parquet as pq
-    from datatrove.data import Document
+    import tempfile
+
+    from datatrove.executor import LocalPipelineExecutor
 
     info = check_tokenizer(tokenizer, eos_token)
     corpus_fs, corpus_path = filesystem_for(corpus_dir, storage_options)
     tokens_fs, tokens_path = filesystem_for(tokens_dir, storage_options)
-    tokens_path = tokens_path.rstrip("/")
-    summary_path = posixpath.join(tokens_path, TOKENS_SUMMARY_NAME)
-    if tokens_fs.exists(summary_path) or tokens_fs.exists(tokens_path):
-        previous = None
-        if tokens_fs.exists(summary_path):
-            with tokens_fs.open(summary_path, "rb") as f:
-                previous = json.loads(f.read())
-        same = previous is None or (
-            previous.get("tokenizer") == info["tokenizer"] and previous.get("eos_token") == info["eos_token"]
-        )
-        if force or not same:
-            if not force:
-                raise ValueError(
-                    f"{tokens_dir} holds tokens of {previous.get('tokenizer')}; tokenizing with "
-                    f"{info['tokenizer']} would mix two vocabularies: set force to start over"
-                )
-            tokens_fs.rm(tokens_path, recursive=True)
+    corpus_path, tokens_path = corpus_path.rstrip("/"), tokens_path.rstrip("/")
+    _check_previous_tokens(tokens_fs, tokens_path, info, force, tokens_dir)
     tokens_fs.makedirs(tokens_path, exist_ok=True)
     corpus_fs.invalidate_cache(corpus_path)
-    files = sorted(p for p in corpus_fs.glob(posixpath.join(corpus_path.rstrip("/"), "*.parquet")))
-    output = tokens_path if storage_options is None else (tokens_path, tokens_fs)
-    writer = MegatronTokenWriter(output, tokenizer, eos_token)
-    for source in files:
-        name = posixpath.basename(source).removesuffix(".parquet")
-        done = posixpath.join(tokens_path, f"{name}.done")
-        if tokens_fs.exists(done):
-            continue
+    tokens_fs.invalidate_cache(tokens_path)
+    names = [
+        posixpath.basename(p).removesuffix(".parquet") for p in corpus_fs.glob(f"{corpus_path}/*.parquet")
+    ]
+    todo = [
+        name for name in sorted(names) if not tokens_fs.exists(posixpath.join(tokens_path, f"{name}.done"))
+    ]
+    if todo:
         started = time.perf_counter()
-
-        def documents(source: str = source) -> Any:
-            with corpus_fs.open(source, "rb") as f:
-                for batch in pq.ParquetFile(f).iter_batches(
-                    batch_size=1000, columns=["id", "text", "extractor"]
-                ):
-                    for row in batch.to_pylist():
-                        yield Document(
-                            text=row["text"] or "", id=row["id"], metadata={"extractor": row["extractor"]}
-                        )
-
-        output_file = writer.write_tokens(documents(), name)
-        with tokens_fs.open(done, "wb") as f:
-            f.write(b"")
-        if log is not None:
-            log.info(
-                "%s: %d documents, %d tokens in %.1f s",
-                name,
-                len(output_file.sequence_lengths),
-                len(output_file),
-                time.perf_counter() - started,
+        pipeline = [
+            CorpusFileReader((corpus_path, corpus_fs), [f"{name}.parquet" for name in todo]),
+            MegatronTokenWriter((tokens_path, tokens_fs), tokenizer, eos_token, file_names=todo),
+        ]
+        with tempfile.TemporaryDirectory(prefix="dripper-tokenize-logs-") as logs:  # resumes by .done
+            LocalPipelineExecutor(
+                pipeline, tasks=len(todo), workers=1, logging_dir=logs, skip_completed=False
+            ).run()
+        for name in todo:
+            counts = _check_row_aligned(
+                corpus_fs, f"{corpus_path}/{name}.parquet", tokens_fs, f"{tokens_path}/{name}"
             )
+            if log is not None:
+                log.info("%s: %d documents, %d tokens", name, *counts)
+        if log is not None:
+            log.info("%d corpus files tokenized in %.1f s", len(todo), time.perf_counter() - started)
     return write_tokens_summary(tokens_dir, info, storage_options)
+
+
+def _check_row_aligned(corpus_fs: Any, corpus_file: str, tokens_fs: Any, prefix: str) -> tuple[int, int]:
+    """Sequence ``i`` of ``prefix`` is row ``i`` of ``corpus_file``: as many of each, or an error (and the
+    file's ``.done`` marker removed, so a rerun tokenizes it again). Returns (documents, tokens)."""
+    import pyarrow.parquet as pq
+
+    with corpus_fs.open(corpus_file, "rb") as f:
+        rows = pq.ParquetFile(f).metadata.num_rows
+    lengths = read_index(f"{prefix}.idx", tokens_fs)["sequence_lengths"]
+    if len(lengths) != rows:
+        tokens_fs.rm(f"{prefix}.done")
+        raise RuntimeError(
+            f"{prefix}.bin holds {len(lengths)} sequences for the {rows} rows of {corpus_file}: a document "
+            "was lost on the way; the token files must stay row-aligned with the corpus"
+        )
+    return rows, int(lengths.sum())

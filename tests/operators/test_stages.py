@@ -129,10 +129,10 @@ def test_a_whole_crawl_must_be_asked_for(tmp_path, monkeypatch):
     crawl has ~100,000 files); fraction 1 asks for all of it, and a small listing is taken whole."""
     from airflow.sdk.exceptions import AirflowFailException
 
-    import operators.snapshots
+    import dripper_core.stages.selection
 
     assert len(_select(tmp_path / "small", count=None)[0][0]["selection_root"]) > 0  # 4 files: taken whole
-    monkeypatch.setattr(operators.snapshots, "WHOLE_CRAWL_GUARD", 3)
+    monkeypatch.setattr(dripper_core.stages.selection, "WHOLE_CRAWL_GUARD", 3)
     with pytest.raises(AirflowFailException, match=r"lists 4 WARC files.*warc_count.*warc_fraction 1"):
         _select(tmp_path / "guarded", count=None)
     batches, context = _select(tmp_path / "all", count=None, fraction=1)
