@@ -5,7 +5,10 @@ dependencies (pyarrow, Dask, labelers) only when used; the names below load thei
 
 - :func:`simplify_stage`: WARC files → ``{root}/simplified/`` (Dask ``LocalCluster`` or a scheduler);
 - :func:`extract_stage`: ``{root}/simplified/`` → ``{root}/extracted/`` with a labeler chosen by name;
-- :func:`run_shard_tasks`, :func:`run_streaming_shard`: how shards are run and published.
+- :func:`run_shard_tasks`, :func:`run_streaming_shard`: how shards are run and published;
+- :mod:`.selection` (crawl state, WARC selection plans), :mod:`.corpus` (the corpus stages' configs and
+  results), :mod:`.jobs` (training, scoring and report command lines and results): what the Airflow
+  operators and ``dripper run`` share, imported from their modules.
 """
 
 from __future__ import annotations
