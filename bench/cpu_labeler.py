@@ -2,7 +2,7 @@
 
 Usage::
 
-    .venv/bin/python bench/cpu_labeler.py speed [--data FILE…] [--limit N] [--model MODEL]
+    .venv/bin/python bench/cpu_labeler.py speed [--data FILE…] [--limit N] [--model MODEL] [--profile OUT]
     .venv/bin/python bench/cpu_labeler.py memory [--data FILE…] [--synthetic-mb MB]
     .venv/bin/python bench/cpu_labeler.py reference (--write OUT.jsonl.gz | --check FILE) [--data FILE…]
     .venv/bin/python bench/cpu_labeler.py quality [--data FILE…] [--by site|page|source] [--folds K]
@@ -14,9 +14,10 @@ Usage::
 comments) on the same bytes, alternating so that both see the same machine load. CPU time of this process
 is the measure (pages/s per core); wall time is printed too.
 
-``speed`` prints these per data file (dev, dev_hard) and for all pages, with each step's ms per page:
-simplify, features, trees (both stages), render (reconstruct and Markdown), fallback, other (decoding,
-checks).
+``speed`` prints these per data file (dev, dev_hard) and for all pages, with each step's CPU ms per page
+(timers wrapped around the step functions): simplify, features (both stages), trees (both stages), render
+(reconstruct, serialise, Markdown), fallback, other (decoding, checks, batching). ``--profile FILE``
+profiles Dripper's calls (not Trafilatura's) with cProfile and prints the top entries.
 
 ``memory``: peak RSS of a fresh worker process (imports, model, one page) on the largest page of
 ``--data`` (default dev_hard), and on a synthetic page of ``--synthetic-mb`` MB.
@@ -77,26 +78,74 @@ def _records(paths: Sequence[Path], limit: int | None) -> list[dict]:
 _STEPS = ("simplify", "features", "trees", "render", "fallback")
 
 
-def _speed_group(extractor, labeler, blobs, chunk: int, trafilatura_extract) -> dict:
-    """Dripper then Trafilatura on each chunk of ``blobs``: CPU and wall seconds, step seconds, extractors."""
+class _StepClock:
+    """CPU seconds of each pipeline step, from timers wrapped around the step functions in this process.
+
+    simplify: ``simplify_html``; features: ``page_features`` and the second stage's ``context_features``;
+    trees: ``TreeEnsemble.decision_function`` (both stages); render: ``Extractor._build_output``
+    (reconstruct, serialise, Markdown); fallback: ``Extractor._run_fallback`` (Trafilatura and Markdown).
+    """
+
+    def __init__(self) -> None:
+        from dripper_core import pipeline
+        from dripper_core.labelers.cpu import model
+
+        self.seconds = dict.fromkeys(_STEPS, 0.0)
+        self._targets = [
+            (pipeline, "simplify_html", "simplify"),
+            (model, "page_features", "features"),
+            (model, "context_features", "features"),
+            (model.TreeEnsemble, "decision_function", "trees"),
+            (pipeline.Extractor, "_build_output", "render"),
+            (pipeline.Extractor, "_run_fallback", "fallback"),
+        ]
+        self._originals: list = []
+
+    def __enter__(self) -> _StepClock:
+        for owner, name, step in self._targets:
+            original = owner.__dict__[name]
+            self._originals.append((owner, name, original))
+            setattr(owner, name, self._timed(original, step))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for owner, name, original in reversed(self._originals):
+            setattr(owner, name, original)
+        self._originals.clear()
+
+    def _timed(self, function, step: str):
+        def timed(*args, **kwargs):
+            started = time.process_time()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                self.seconds[step] += time.process_time() - started
+
+        return timed
+
+
+def _speed_group(extractor, blobs, chunk: int, trafilatura_extract, profiler=None) -> dict:
+    """Dripper then Trafilatura on each chunk of ``blobs``: CPU and wall seconds, step CPU seconds.
+
+    ``profiler`` (a ``cProfile.Profile``), when given, is enabled around Dripper's calls only.
+    """
     cpu = {"dripper:cpu": 0.0, "trafilatura": 0.0}
     wall = dict.fromkeys(cpu, 0.0)
-    steps = dict.fromkeys(_STEPS, 0.0)
     extractors: Counter = Counter()
+    clock = _StepClock()
     for offset in range(0, len(blobs), chunk):
         part = blobs[offset : offset + chunk]
         pages = [Page(doc_id=doc_id, html=html, url=url) for doc_id, html, url in part]
-        before = dict(labeler.seconds)
-        cpu_start, wall_start = time.process_time(), time.perf_counter()
-        results = extractor.extract_batch(pages)
-        cpu["dripper:cpu"] += time.process_time() - cpu_start
-        wall["dripper:cpu"] += time.perf_counter() - wall_start
-        for key in ("features", "trees"):
-            steps[key] += labeler.seconds[key] - before[key]
-        for result in results:
-            extractors[result.extractor] += 1
-            for key in ("simplify", "render", "fallback"):
-                steps[key] += result.stats.get(f"{key}_seconds", 0.0)
+        with clock:
+            if profiler is not None:
+                profiler.enable()
+            cpu_start, wall_start = time.process_time(), time.perf_counter()
+            results = extractor.extract_batch(pages)
+            cpu["dripper:cpu"] += time.process_time() - cpu_start
+            wall["dripper:cpu"] += time.perf_counter() - wall_start
+            if profiler is not None:
+                profiler.disable()
+        extractors.update(result.extractor for result in results)
         cpu_start, wall_start = time.process_time(), time.perf_counter()
         for _, html, url in part:
             trafilatura_extract(
@@ -104,7 +153,7 @@ def _speed_group(extractor, labeler, blobs, chunk: int, trafilatura_extract) -> 
             )
         cpu["trafilatura"] += time.process_time() - cpu_start
         wall["trafilatura"] += time.perf_counter() - wall_start
-    return {"n": len(blobs), "cpu": cpu, "wall": wall, "steps": steps, "extractors": extractors}
+    return {"n": len(blobs), "cpu": cpu, "wall": wall, "steps": clock.seconds, "extractors": extractors}
 
 
 def _print_speed(name: str, group: dict) -> None:
@@ -115,9 +164,9 @@ def _print_speed(name: str, group: dict) -> None:
         per_core, ms = n / cpu[extractor], 1000 * cpu[extractor] / n
         print(f"  {extractor:14} {per_core:17.1f} {ms:14.1f} {n / wall[extractor]:15.1f}")
     print(f"  ratio dripper:cpu / trafilatura (per core): {cpu['trafilatura'] / cpu['dripper:cpu']:.2f}x")
-    other = wall["dripper:cpu"] - sum(steps.values())  # decoding, checks, batching
+    other = cpu["dripper:cpu"] - sum(steps.values())  # decoding, checks, batching
     print(
-        "  dripper:cpu steps, ms/page (wall): "
+        "  dripper:cpu steps, ms/page (CPU): "
         + ", ".join(f"{key} {1000 * value / n:.2f}" for key, value in steps.items())
         + f", other {1000 * other / n:.2f}"
     )
@@ -146,8 +195,13 @@ def run_speed(args: argparse.Namespace) -> int:
     trafilatura_extract(first[1], url=first[2], output_format="markdown", include_tables=True)
 
     print(f"data: {', '.join(map(str, args.data))}; model loaded in {1000 * load_seconds:.0f} ms CPU")
+    profiler = None
+    if args.profile:
+        import cProfile
+
+        profiler = cProfile.Profile()
     results = {
-        name: _speed_group(extractor, labeler, blobs, args.chunk, trafilatura_extract)
+        name: _speed_group(extractor, blobs, args.chunk, trafilatura_extract, profiler)
         for name, blobs in groups.items()
     }
     for name, group in results.items():
@@ -164,6 +218,12 @@ def run_speed(args: argparse.Namespace) -> int:
         total["cpu"] = {key: total["cpu"][key] for key in ("dripper:cpu", "trafilatura")}
         total["wall"] = {key: total["wall"][key] for key in ("dripper:cpu", "trafilatura")}
         _print_speed("all", total)
+    if profiler is not None:
+        import pstats
+
+        profiler.dump_stats(args.profile)
+        print(f"\nprofile of dripper:cpu (cProfile, slows Python code; {args.profile}), by own time:")
+        pstats.Stats(profiler, stream=sys.stdout).sort_stats("tottime").print_stats(args.profile_top)
     return 0
 
 
@@ -485,6 +545,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     speed.add_argument("--limit", type=int, default=None, help="pages per file")
     speed.add_argument("--model", default=None, help="model file (default: the shipped one)")
     speed.add_argument("--chunk", type=int, default=32, help="pages per alternation (and labeler batch)")
+    speed.add_argument("--profile", type=Path, default=None, help="cProfile Dripper's calls into this file")
+    speed.add_argument("--profile-top", type=int, default=30, help="profile entries printed")
     speed.set_defaults(handler=run_speed)
     reference = modes.add_parser("reference", help="write or check per-page reference outputs")
     reference.add_argument("--data", type=Path, nargs="+", default=_default_data())

@@ -18,7 +18,6 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 from lxml import etree
@@ -36,7 +35,6 @@ from dripper_core.labelers.cpu.vocabulary import (
     NEGATIVE_BITS,
     SEMANTIC_BIT,
     SEMANTIC_TAGS,
-    class_signature,
     class_tokens,
     element_profiles,
 )
@@ -145,21 +143,6 @@ class PageFeatures:
         return int(self.values.shape[0])
 
 
-def _signature(element) -> str:
-    parent = element.getparent()
-    if parent is None:
-        return _signature_of(element.tag, element.get("class") or "", None, "")
-    return _signature_of(element.tag, element.get("class") or "", parent.tag, parent.get("class") or "")
-
-
-@lru_cache(maxsize=16384)
-def _signature_of(tag: str, classes: str, parent_tag: str | None, parent_classes: str) -> str:
-    own = f"{tag}.{class_signature(classes)}"
-    if parent_tag is None:
-        return own
-    return f"{own}/{parent_tag}.{class_signature(parent_classes)}"
-
-
 def _title_tokens(root) -> set[str]:
     title = next(root.iter("title"), None)
     if title is None or not title.text:
@@ -216,6 +199,7 @@ def page_features(page: SimplifiedPage) -> PageFeatures:
     chains: list[list[int]] = []
     container_ids: dict[object, int] = {}
     container_nodes: list = []
+    container_tags: list[str] = []
     above: list[list[int]] = []  # per container: its own ancestors' ids, nearest first
     tags: list[str] = []
     subtree = np.zeros((n, len(_SUBTREE_NAMES)), dtype=np.float64)
@@ -237,6 +221,7 @@ def page_features(page: SimplifiedPage) -> PageFeatures:
                 break
             slot = container_ids[ancestor] = len(container_nodes)
             container_nodes.append(ancestor)
+            container_tags.append(ancestor.tag)
             above.append([])
             chain.append(slot)
         for distance, slot in enumerate(chain):
@@ -244,7 +229,7 @@ def page_features(page: SimplifiedPage) -> PageFeatures:
                 break  # from here on the chain is made of known containers
             above[slot] = chain[distance + 1 :]
         chains.append(chain)
-        in_link = element.tag == "a" or any(container_nodes[slot].tag == "a" for slot in chain[:3])
+        in_link = element.tag == "a" or any(container_tags[slot] == "a" for slot in chain[:3])
         subtree[index] = _subtree_counts(element, visible[index], in_link)
     # Link share over non-space characters (block text joins inline runs with or without a space).
     link_chars = subtree[:, 1].copy()
@@ -307,11 +292,21 @@ def page_features(page: SimplifiedPage) -> PageFeatures:
     for text in texts:
         text_counts[text] = text_counts.get(text, 0) + 1
     column[_INDEX["duplicate_text_count"]] = [text_counts[text] if text else 0 for text in texts]
-    signature_ids: dict[str, int] = {}
+    # Class/id/role words, templates and body markup of the containers and block elements, in one pass
+    # over each element's attributes.
+    templates: dict[str, int] = {}
+    bits, container_templates, container_body = element_profiles(container_nodes, templates)
+    block_bits, block_templates, block_body = element_profiles(block_elements, templates)
+    # A block's signature (its template and its parent's, tag and class words) as a pair of template ids:
+    # distinct pairs for distinct signatures, numbered in order of first appearance.
+    signature_ids: dict[object, int] = {}
     signatures = np.array(
         [
-            signature_ids.setdefault(_signature(element) if element is not None else "?", len(signature_ids))
-            for element in block_elements
+            signature_ids.setdefault(
+                "?" if element is None else (template, container_templates[chain[0]] if chain else -1),
+                len(signature_ids),
+            )
+            for element, template, chain in zip(block_elements, block_templates, chains, strict=True)
         ],
         dtype=np.int32,
     )
@@ -324,7 +319,7 @@ def page_features(page: SimplifiedPage) -> PageFeatures:
     if title:
         overlap = []
         for text in texts:
-            words = set(map(str.casefold, WORD.findall(text[:300]))) if text else None
+            words = {word.casefold() for word in set(WORD.findall(text[:300]))} if text else None
             if words:
                 shared = len(words & title)
                 overlap.append(shared / max(len(words) + len(title) - shared, 1))  # Jaccard
@@ -355,11 +350,8 @@ def page_features(page: SimplifiedPage) -> PageFeatures:
     width = int(depths.max()) + 1
     path = np.full((n, width), -1, dtype=np.int64)
     path[pair_block, 1 + pair_distance] = pair_container
-    templates: dict[str, int] = {}
-    bits, container_templates, container_body = element_profiles(container_nodes, templates)
     node_bits = np.array(bits + [0], dtype=np.int64)
-    block_bits, block_templates, block_body = element_profiles(block_elements, templates)
-    node_semantic = np.array([SEMANTIC_BIT.get(node.tag, 0) for node in container_nodes] + [0], np.int64)
+    node_semantic = np.array([SEMANTIC_BIT.get(tag, 0) for tag in container_tags] + [0], np.int64)
     path_bits = node_bits[path]
     path_semantic = node_semantic[path]
     path_bits[:, 0] = block_bits

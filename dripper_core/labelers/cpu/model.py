@@ -437,7 +437,7 @@ class CpuLabeler(BlockLabeler):
         self.seconds["features"] += featured - started
         self.seconds["trees"] += time.perf_counter() - featured
         for (index, features), p in zip(ready, probabilities, strict=True):
-            confidence = [round(float(v), 4) for v in p]
+            confidence = [round(v, 4) for v in p.tolist()]
             top = float(p[features.chars > 0].max()) if (features.chars > 0).any() else 0.0
             if top < self.min_confidence:
                 results[index] = Labels(
