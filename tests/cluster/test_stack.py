@@ -236,10 +236,10 @@ def test_corpus_build_on_the_stack_equals_the_embedded_defaults(stack, postgres_
     assert ours == reference
     with s3.open(f"{root}/tokens/_summary.json") as f:
         summary = json.load(f)
-    assert (summary["documents"], summary["tokens"]) == (tokens["documents"], tokens["tokens"])
-    assert published["token_count"] == tokens["tokens"]
+    assert (summary["documents"], summary["tokens"]) == (tokens["documents"], tokens["token_count"])
+    assert published["token_count"] == tokens["token_count"]
     print(
-        f"corpus_build on the stack: {seconds:.0f} s, {len(ours)} documents, {tokens['tokens']} tokens; "
+        f"corpus_build on the stack: {seconds:.0f} s, {len(ours)} documents, {tokens['token_count']} tokens; "
         f"{len(refine['slurm_jobs'])} refine jobs on Slurm; database restarted after {restarted['after_tasks']} "
         f"task(s), servers started again: {sorted(set(restarted.get('servers_restarted', [])))}, "
         f"REST 5xx answers retried: {restarted.get('http_5xx', 0)}"
