@@ -10,7 +10,6 @@ from __future__ import annotations
 import gzip
 import json
 import posixpath
-import uuid
 from typing import Any
 
 __all__ = ["read_json", "write_json"]
@@ -32,19 +31,12 @@ def read_json(path: str, storage_options: dict[str, Any] | None = None, default:
 
 def write_json(path: str, document: Any, storage_options: dict[str, Any] | None = None) -> str:
     """Write ``document`` as JSON (sorted keys, gzip for ``.gz``) in one step; returns ``path``."""
-    from dripper_core.io.storage import filesystem_for, is_local
+    from dripper_core.io.storage import filesystem_for, is_local, publish_bytes
 
     data = (json.dumps(document, indent=1, sort_keys=True, default=str) + "\n").encode()
     if path.endswith(".gz"):
         data = gzip.compress(data, mtime=0)
     fs, fs_path = filesystem_for(path, storage_options)
     fs.makedirs(posixpath.dirname(fs_path), exist_ok=True)
-    if is_local(path):
-        tmp = f"{fs_path}.{uuid.uuid4().hex}.tmp"
-        with fs.open(tmp, "wb") as f:
-            f.write(data)
-        fs.mv(tmp, fs_path)
-    else:
-        with fs.open(fs_path, "wb") as f:
-            f.write(data)
+    publish_bytes(fs, fs_path, data, is_local(path))
     return path

@@ -26,6 +26,7 @@ __all__ = [
     "join_path",
     "open_url",
     "protocol_of",
+    "publish_bytes",
     "require_fsspec",
 ]
 
@@ -114,6 +115,24 @@ def filesystem_for(
         _require_package("aiohttp", f"{protocol}://")
     fs, fs_path = fsspec.core.url_to_fs(text, **options)
     return fs, fs_path
+
+
+def publish_bytes(fs: Any, fs_path: str, data: bytes, local: bool, tmp_path: str | None = None) -> None:
+    """Write ``data`` to ``fs_path`` so that a reader sees the old file or the whole new one.
+
+    Local filesystems: written to ``tmp_path`` (default: beside the target) and renamed into place; object
+    stores: one PUT under the final name (an upload becomes visible only when complete).
+    """
+    if not local:
+        with fs.open(fs_path, "wb") as f:
+            f.write(data)
+        return
+    import uuid
+
+    tmp = tmp_path or f"{fs_path}.{uuid.uuid4().hex}.tmp"
+    with fs.open(tmp, "wb") as f:
+        f.write(data)
+    fs.mv(tmp, fs_path)
 
 
 def _require_package(module: str, what: str) -> None:

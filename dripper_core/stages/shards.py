@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from dripper_core.io.storage import filesystem_for, is_local
+from dripper_core.io.storage import filesystem_for, is_local, publish_bytes
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -251,14 +251,8 @@ class ShardWriter:
 
     # -- publishing ----------------------------------------------------------------------------------
     def _publish_bytes(self, data: bytes, final_path: str) -> None:
-        if self.local:
-            tmp = self._tmp_path(final_path)
-            with self.fs.open(tmp, "wb") as f:
-                f.write(data)
-            self.fs.mv(tmp, final_path)
-        else:
-            with self.fs.open(final_path, "wb") as f:
-                f.write(data)
+        tmp = self._tmp_path(final_path) if self.local else None
+        publish_bytes(self.fs, final_path, data, self.local, tmp)
 
     def _tmp_path(self, final_path: str) -> str:
         tmp_dir = posixpath.join(self.stage_path, "_tmp")
@@ -545,14 +539,6 @@ def write_run_summary(
         **(extra or {}),
     }
     path = posixpath.join(root_path, RUN_SUMMARY_NAME)
-    data = (json.dumps(run_summary, indent=1) + "\n").encode()
-    if is_local(str(root)):
-        tmp = f"{path}.{uuid.uuid4().hex}.tmp"
-        with fs.open(tmp, "wb") as f:
-            f.write(data)
-        fs.mv(tmp, path)
-    else:
-        with fs.open(path, "wb") as f:
-            f.write(data)
+    publish_bytes(fs, path, (json.dumps(run_summary, indent=1) + "\n").encode(), is_local(str(root)))
     log.info("run summary written to %s", path)
     return run_summary
