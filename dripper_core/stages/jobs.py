@@ -9,7 +9,6 @@ imported at module load.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -53,13 +52,27 @@ def missing_modules(modules: Sequence[str], env: dict[str, str] | None = None) -
 
 
 def last_json_object(lines: Iterable[str]) -> dict[str, Any] | None:
-    """The last line that parses as a JSON object (the project's CLIs print their result as one)."""
+    """The last JSON object printed on a line of its own (the project's CLIs print their result as one).
+
+    A line holding several objects back to back counts by its last: the ranks of a multi-process job write
+    into one log, and two ranks' results can land on one line without a newline between them.
+    """
+    decoder = json.JSONDecoder()
     result = None
     for line in lines:
         line = line.strip()
-        if line.startswith("{") and line.endswith("}"):
-            with contextlib.suppress(json.JSONDecodeError):
-                result = json.loads(line)
+        if not (line.startswith("{") and line.endswith("}")):
+            continue
+        index, last = 0, None
+        try:
+            while index < len(line):
+                last, index = decoder.raw_decode(line, index)
+                while index < len(line) and line[index].isspace():
+                    index += 1
+        except json.JSONDecodeError:
+            continue
+        if isinstance(last, dict):
+            result = last
     return result
 
 

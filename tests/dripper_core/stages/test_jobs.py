@@ -74,4 +74,7 @@ def test_report_files_and_job_helpers(tmp_path):
         files.markdown,
     ]
     assert last_json_object(["{", '{"a": 1}', "text", '{"b": 2}', "{bad}"]) == {"b": 2}
+    # Two ranks' results on one line of a job's log (seen on Slurm): the last one counts.
+    assert last_json_object(['{"rank": 0, "step": 8}{"rank": 1, "step": 8}']) == {"rank": 1, "step": 8}
+    assert last_json_object(['{"a": 1} trailing {"b": 2}']) is None
     assert missing_modules(["json", "no_such_module_here"]) == ["no_such_module_here"]
