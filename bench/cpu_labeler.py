@@ -8,6 +8,8 @@ Usage::
     .venv/bin/python bench/cpu_labeler.py quality [--data FILE…] [--by site|page|source] [--folds K]
         [--lump-sources NAME=SOURCE,SOURCE…]
         [--baselines trafilatura resiliparse readability] [--workers N] [--out SUMMARY.json]
+        [--pages-out PAGES.jsonl] [--resamples R]
+    .venv/bin/python bench/cpu_labeler.py compare PAGES.jsonl [--previous EARLIER_PAGES.jsonl]
 
 ``speed``: one process, pages given as UTF-8 bytes; per chunk of pages, Dripper with the ``cpu`` labeler
 (decode, simplify, label, reconstruct, Markdown) then Trafilatura (``extract``, Markdown, tables, no
@@ -33,7 +35,13 @@ source (``--by source``: leave-one-source-out; ``--lump-sources NAME=A,B`` holds
 one fold); each page is extracted with the model of the fold that held out its group (pages outside every
 fold, such as snippet-only pages, with any fold's model: none saw them) and scored by ``eval`` (ROUGE-5 F1 raw and normalised, snippet F1) beside the baselines run on the
 same pages. Default data: ``../shared/data/dev.jsonl.gz`` and ``dev_hard.jsonl.gz`` (the bundled sample
-when absent).
+when absent). It ends with the model's lead over each baseline, per file and on the article files (dev and
+dev_fundus) together, with a 95% paired-bootstrap interval over the pages (``eval.paired``): a lead whose
+interval excludes zero is marked as beyond noise.
+
+``compare``: the same leads from a ``--pages-out`` file, and with ``--previous`` (the ``--pages-out`` of
+an earlier run on the same pages, e.g. with the code of the shipped model) also the lead over that run's
+model, so a retrained model is compared page for page with the one it replaces.
 """
 
 from __future__ import annotations
@@ -47,8 +55,9 @@ import pickle
 import sys
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -447,6 +456,11 @@ def _score_chunk(records: list[dict], pages) -> list:
     return results
 
 
+_LEAD_ROW = "dripper:cpu-oof/md"  # the row whose lead over each baseline is bootstrapped
+_ARTICLE_FILES = ("dev", "dev_fundus")  # the article files, also bootstrapped as one set
+_PREVIOUS_ROW = "previous model"  # the out-of-fold row of an earlier run (compare --previous)
+
+
 def run_quality(args: argparse.Namespace) -> int:
     from dripper_core.labelers.cpu.train import (
         TrainParams,
@@ -457,6 +471,7 @@ def run_quality(args: argparse.Namespace) -> int:
     )
     from eval.datasets import read_pages
     from eval.extraction import ALL_GROUP, GroupStats, _page_record, _row_summary, format_report
+    from eval.paired import format_leads
 
     started = time.perf_counter()
     training = build_training_set(args.data, workers=args.workers, limit=args.limit, progress=True)
@@ -501,6 +516,7 @@ def run_quality(args: argparse.Namespace) -> int:
         for offset in range(0, len(records), args.chunk)
     ]
     totals: dict[str, dict[tuple[str, str], GroupStats]] = {}
+    page_records: list[dict] = []  # every row's page scores, for the paired bootstrap
     pages_out = args.pages_out.open("w", encoding="utf-8") if args.pages_out else None
     with ProcessPoolExecutor(
         max_workers=args.workers,
@@ -509,8 +525,11 @@ def run_quality(args: argparse.Namespace) -> int:
     ) as pool:
         for results in pool.map(_score_chunk, *zip(*chunks, strict=True)):
             for result in results:
+                record = _page_record(result)
+                record.pop("text", None)
+                page_records.append(record)
                 if pages_out is not None:
-                    pages_out.write(json.dumps(_page_record(result), ensure_ascii=False) + "\n")
+                    pages_out.write(json.dumps(record, ensure_ascii=False) + "\n")
                 stats = totals.setdefault(result.row, {})
                 stats.setdefault((ALL_GROUP, ALL_GROUP), GroupStats()).add(result)
                 for key, value in result.groups.items():
@@ -530,11 +549,49 @@ def run_quality(args: argparse.Namespace) -> int:
         "wall_seconds": time.perf_counter() - started,
         "rows": {row: _row_summary(stats, ("file", "source", "page_type")) for row, stats in totals.items()},
     }
+    leads = _leads(page_records, args.resamples)
+    summary["leads"] = [asdict(lead) for lead in leads]
     print(format_report(summary))
+    print(format_leads(leads))
     print(f"\nwall time {summary['wall_seconds']:.0f} s")
     if args.out:
         args.out.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     return 0
+
+
+def _leads(page_records: Iterable[dict], resamples: int, previous: Iterable[dict] = ()) -> list:
+    """The paired-bootstrap leads of the out-of-fold model over each baseline (and over ``previous``'s
+    model, a per-page file of an earlier run on the same pages), on each file and on the article files."""
+    from eval.paired import paired_leads
+
+    per_page: dict[str, dict[str, dict]] = {}  # row -> page id -> scores
+    page_sets: dict[str, list[str]] = {}
+    for record in page_records:
+        per_page.setdefault(record["extractor"], {})[record["id"]] = record
+        if record["extractor"] == _LEAD_ROW:
+            page_sets.setdefault(f"file={record['file']}", []).append(record["id"])
+            if record["file"] in _ARTICLE_FILES:
+                page_sets.setdefault("articles", []).append(record["id"])
+    for record in previous:
+        if record["extractor"] == _LEAD_ROW:
+            per_page.setdefault(_PREVIOUS_ROW, {})[record["id"]] = record
+    if _LEAD_ROW not in per_page:
+        return []
+    # Our other rows (the same labels through html2text) are not baselines.
+    baselines = sorted(row for row in per_page if row == _PREVIOUS_ROW or not row.startswith("dripper:"))
+    return paired_leads(per_page, _LEAD_ROW, page_sets, baselines, resamples=resamples)
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    from eval.paired import format_leads
+
+    def read(path: Path) -> list[dict]:
+        with path.open(encoding="utf-8") as lines:
+            return [json.loads(line) for line in lines if line.strip()]
+
+    leads = _leads(read(args.pages), args.resamples, read(args.previous) if args.previous else ())
+    print(format_leads(leads))
+    return 0 if leads else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -599,9 +656,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="KEY=VALUE",
         help="TrainParams field for the fold models (rounds, learning_rate, num_leaves, ...)",
     )
+    quality.add_argument(
+        "--resamples", type=int, default=2000, help="paired-bootstrap resamples of the leads over baselines"
+    )
     quality.add_argument("--out", type=Path, default=None, help="write the summary as JSON here")
     quality.add_argument("--pages-out", type=Path, default=None, help="write per-page scores as JSONL here")
     quality.set_defaults(handler=run_quality)
+
+    compare = modes.add_parser("compare", help="the leads of a quality run, from its --pages-out file")
+    compare.add_argument("pages", type=Path, help="per-page scores of a quality run (--pages-out)")
+    compare.add_argument(
+        "--previous", type=Path, default=None, help="per-page scores of an earlier run: its model as a row"
+    )
+    compare.add_argument("--resamples", type=int, default=2000)
+    compare.set_defaults(handler=run_compare)
     args = parser.parse_args(argv)
     if args.mode == "quality":
         from dripper_core.cli import parse_key_values

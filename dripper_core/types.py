@@ -66,6 +66,9 @@ class SimplifiedPage:
             inline content wrapped in ``<cc-alg-uc-text>``); labels are projected back onto it. Serialised
             on first use when the page was simplified in this process (see :meth:`mapping_markup`).
         mapping_tree: The same view as a parsed lxml tree, when at hand (not serialised, not compared).
+        block_elements: Each block's element in ``mapping_tree`` (``None`` for a block without one), in
+            block order, when the page was simplified in this process (not serialised, not compared): the
+            CPU labeler's features start from them instead of searching the tree for the ids again.
     """
 
     doc_id: str
@@ -75,6 +78,7 @@ class SimplifiedPage:
     stats: dict[str, Any] = field(default_factory=dict)
     mapping_html: str | None = None
     mapping_tree: Any = field(default=None, repr=False, compare=False)
+    block_elements: list | None = field(default=None, repr=False, compare=False)
 
     @property
     def n_blocks(self) -> int:

@@ -249,6 +249,7 @@ def simplify_html(
         doc_id=doc_id,
         simplified_html=simplified,
         mapping_tree=original,
+        block_elements=[element for *_, element in mapped],
         blocks=blocks,
         url=url,
         stats={

@@ -185,9 +185,13 @@ def page_features(page: SimplifiedPage) -> PageFeatures:
         empty = np.zeros((0, levels), dtype=np.int32)
         return PageFeatures(values, np.zeros(0, np.float32), empty, np.zeros(0, np.int32))
     root = page.mapping_root()
-    elements: dict[str, object] = {}
-    for item_id in _ITEM_IDS(root):  # attribute values in document order; each knows its element
-        elements.setdefault(str(item_id), item_id.getparent())
+    if page.block_elements is not None and page.mapping_tree is root:
+        given = page.block_elements  # the simplifier's own: no search of the tree for the ids
+    else:
+        elements: dict[str, object] = {}
+        for item_id in _ITEM_IDS(root):  # attribute values in document order; each knows its element
+            elements.setdefault(str(item_id), item_id.getparent())
+        given = [elements.get(str(block.item_id)) for block in blocks]
     texts = [block.text for block in blocks]
     stats, length, spaces = text_stats(texts)  # length: Latin-equivalent (CJK says as much in a third)
     chars = np.fromiter(map(len, texts), dtype=np.float64, count=n)
@@ -204,8 +208,7 @@ def page_features(page: SimplifiedPage) -> PageFeatures:
     tags: list[str] = []
     subtree = np.zeros((n, len(_SUBTREE_NAMES)), dtype=np.float64)
     visible = (chars - spaces).tolist()
-    for index, block in enumerate(blocks):
-        element = elements.get(str(block.item_id))
+    for index, (block, element) in enumerate(zip(blocks, given, strict=True)):
         block_elements.append(element)
         if element is None:
             chains.append([])

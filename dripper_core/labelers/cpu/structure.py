@@ -14,10 +14,17 @@ features describe such regions from the page's own structure, in any language:
 - ``link_title`` and ``c2_link_titles``/``c4_link_titles``: headline-like links (a heading or short text that
   is almost all link) and how many the block's containers hold: a container of several is a teaser list.
 - ``in_candidate``, ``in_candidate_group``, ``candidate_text_share``: the Readability-style top candidate
-  (paragraph scores given to parents and grandparents, weighted by class words and link density), and the
-  siblings Readability would add to it.
+  (paragraph scores given to parents and grandparents, weighted by class words and link density; as in
+  Readability, paragraphs inside an element whose class words say comment, sidebar, footer… and not
+  content are not scored), and the siblings Readability would add to it.
 - ``after_candidate`` / ``before_candidate``: how far (in blocks, over the page's blocks) the block lies past
   the last block of the candidate or before its first: the main run's extent.
+- ``group_repeat_log``, ``group_text_share``, ``text_before_group_share``, ``candidate_in_group``: the block's
+  repeated group (the siblings sharing the classed template of its nearest element that repeats at least
+  three times: the comments of a thread, the posts of a forum, the cards of a teaser list), how much of the
+  page's text the group holds and precedes it, and how much of the Readability candidate lies inside it:
+  replies under an article are a group after most of the text and outside the candidate; a forum's posts
+  are the candidate.
 """
 
 from __future__ import annotations
@@ -42,9 +49,14 @@ STRUCTURE_FEATURE_NAMES: tuple[str, ...] = (
     "candidate_text_share",
     "after_candidate",
     "before_candidate",
+    "group_repeat_log",
+    "group_text_share",
+    "text_before_group_share",
+    "candidate_in_group",
 )
 
 _REPEAT_LEVELS = 5  # the block's element and its four nearest ancestors
+_GROUP_REPEAT = 3  # siblings of one classed template that make a repeated group
 # Readability's class weight and tag bonuses (readability.js initializeNode / getClassWeight).
 _CLASS_WEIGHT = 25.0
 _TAG_BONUS = {"div": 5.0, "pre": 3.0, "td": 3.0, "blockquote": 3.0, "article": 5.0, "section": 2.0}
@@ -172,12 +184,62 @@ def structure_features(page: PageStructure) -> np.ndarray:
                 ids = page.ancestors[:, level - 1]
                 out[:, column[name]] = np.where(ids >= 0, np.log1p(under[np.maximum(ids, 0)]), 0.0)
 
-    _candidate(page, out, column, container_parent)
+    group = _repeated_groups(page, out, column, repeats, container_parent, block_parent, levels)
+    _candidate(page, out, column, container_parent, group)
     return out
 
 
+def _repeated_groups(
+    page: PageStructure,
+    out: np.ndarray,
+    column: dict[str, int],
+    repeats: np.ndarray,
+    container_parent: np.ndarray,
+    block_parent: np.ndarray,
+    levels: int,
+) -> np.ndarray:
+    """Each block's repeated group (-1: none) and the group features but ``candidate_in_group``."""
+    n = len(page.tags)
+    n_templates = max(len(page.templates), 1)
+    classed = np.array([not key.endswith(".") for key in page.templates] + [False], dtype=bool)
+    # Level 0 is the block's element, level k its k-th ancestor: parent and template of each.
+    parents = [block_parent]
+    templates = [page.block_templates]
+    for level in range(levels):
+        ids = page.ancestors[:, level]
+        safe = np.maximum(ids, 0)
+        parents.append(np.where(ids >= 0, container_parent[safe], -1))
+        templates.append(np.where(ids >= 0, page.container_templates[safe], -1))
+    parent_at = np.stack(parents, axis=1)
+    template_at = np.stack(templates, axis=1)
+    eligible = (repeats >= _GROUP_REPEAT) & (parent_at >= 0) & (template_at >= 0) & classed[template_at]
+    has_group = eligible.any(axis=1)
+    nearest = eligible.argmax(axis=1)
+    rows = np.arange(n)
+    keys = np.where(has_group, parent_at[rows, nearest] * n_templates + template_at[rows, nearest], -1)
+    group = np.full(n, -1, dtype=np.int64)
+    if has_group.any():
+        _, group[has_group] = np.unique(keys[has_group], return_inverse=True)
+        n_groups = int(group.max()) + 1
+        chars = page.chars.astype(np.float64)
+        total = float(chars.sum()) or 1.0
+        member = group >= 0
+        group_chars = np.bincount(group[member], weights=chars[member], minlength=n_groups)
+        first = np.full(n_groups, n, dtype=np.int64)
+        np.minimum.at(first, group[member], rows[member])
+        before = np.concatenate([[0.0], np.cumsum(chars)])[first]
+        out[member, column["group_repeat_log"]] = np.log(repeats[rows, nearest][member])
+        out[member, column["group_text_share"]] = group_chars[group[member]] / total
+        out[member, column["text_before_group_share"]] = before[group[member]] / total
+    return group
+
+
 def _candidate(
-    page: PageStructure, out: np.ndarray, column: dict[str, int], container_parent: np.ndarray
+    page: PageStructure,
+    out: np.ndarray,
+    column: dict[str, int],
+    container_parent: np.ndarray,
+    repeated_group: np.ndarray,
 ) -> None:
     """The Readability-style top candidate and its siblings: which blocks it holds, where it ends."""
     n_containers = len(page.container_nodes)
@@ -186,6 +248,13 @@ def _candidate(
         return
     # Paragraph scores: blocks of some length, 1 + commas + a point per 100 characters (at most 3).
     eligible = (page.length >= 25) & ~page.is_heading
+    # Readability first drops the unlikely candidates: elements whose own class words are of a negative
+    # group (comments, sidebars, footers…) and not of the content group, with all they hold.
+    bits = page.keyword_bits[:n_containers]
+    unlikely = ((bits & page.negative_bits) != 0) & ((bits & page.content_bit) == 0)
+    if unlikely.any():
+        dropped = np.bincount(page.pair_block[unlikely[page.pair_container]], minlength=n) > 0
+        eligible &= ~dropped
     score = np.where(eligible, 1.0 + page.commas + np.minimum(page.length / 100.0, 3.0), 0.0)
     node_score = np.zeros(n_containers + 1)
     for level, share in ((0, 1.0), (1, 0.5)):
@@ -195,7 +264,6 @@ def _candidate(
             ids[valid], weights=score[valid] * share, minlength=n_containers
         )
     scored = node_score[:n_containers] > 0
-    bits = page.keyword_bits[:n_containers]
     initial = np.zeros(n_containers)
     nodes = page.container_nodes
     for slot in np.flatnonzero(scored).tolist():  # only scored containers can be the candidate
@@ -220,16 +288,25 @@ def _candidate(
     distance[page.pair_block[holds]] = page.pair_distance[holds] + 1
     out[:, column["in_candidate"]] = np.where(inside, 1.0 / distance.clip(min=1.0), 0.0)
     # Siblings of the top candidate (same parent) scoring at least a fifth of it join it.
-    group = inside.copy()
+    chosen = inside.copy()
     parent = container_parent[top]
     if parent >= 0:
         threshold = max(10.0, _CANDIDATE_SIBLING_SHARE * final[top])
         siblings = np.flatnonzero((container_parent == parent) & (final >= threshold))
-        group[page.pair_block[np.isin(page.pair_container, siblings)]] = True
-    out[:, column["in_candidate_group"]] = group
+        chosen[page.pair_block[np.isin(page.pair_container, siblings)]] = True
+    out[:, column["in_candidate_group"]] = chosen
     total = float(page.chars.sum()) or 1.0
-    out[:, column["candidate_text_share"]] = float(page.chars[group].sum()) / total
-    members = np.flatnonzero(group)
+    out[:, column["candidate_text_share"]] = float(page.chars[chosen].sum()) / total
+    members = np.flatnonzero(chosen)
+    candidate_chars = float(page.chars[chosen].sum())
+    grouped = repeated_group >= 0
+    if candidate_chars and grouped.any():
+        inside_chars = np.bincount(
+            repeated_group[grouped],
+            weights=(page.chars * chosen)[grouped].astype(np.float64),
+            minlength=int(repeated_group.max()) + 1,
+        )
+        out[grouped, column["candidate_in_group"]] = inside_chars[repeated_group[grouped]] / candidate_chars
     if members.size:
         positions = np.arange(n)
         out[:, column["after_candidate"]] = np.maximum(positions - members[-1], 0) / n

@@ -91,6 +91,10 @@ _ATTRIBUTES = frozenset(("class", "id", "role", "itemprop", "itemtype", "aria-la
 _CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z])")
 _TOKEN_SPLIT = re.compile(r"[^a-z0-9]+")
 _DIGIT_RUN = re.compile(r"\d+")
+# Taxonomy terms in class names (``tag-home-gym-review``, ``category-product-reviews``: publishing systems
+# such as WordPress list a post's tags and categories in its classes): the page's topic words, not what the
+# element is. Without this an article's container reads as a review/comment box when it is tagged so.
+_TAXONOMY_TERM = re.compile(r"(?:tag|tags|category|categories|post_tag|topic|topics)[-_]\S+")
 
 
 def class_tokens(value: str) -> list[str]:
@@ -102,6 +106,8 @@ def class_tokens(value: str) -> list[str]:
 @lru_cache(maxsize=65536)
 def _keyword_bits(value: str) -> int:
     bits = 0
+    if "-" in value or "_" in value:
+        value = " ".join(name for name in value.split() if not _TAXONOMY_TERM.fullmatch(name.lower()))
     for token in class_tokens(value):
         stem = token[:-1] if len(token) > 3 and token.endswith("s") else token
         found = _EXACT.get(token, 0) | _EXACT.get(stem, 0)

@@ -209,3 +209,46 @@ def test_context_features_place_blocks_against_the_main_run():
     last = page.n_blocks - 1
     assert before[last] == pytest.approx(1.0) and after[last] == 0.0
     assert before[0] == 0.0 and after[0] == pytest.approx(1.0)
+
+
+POST = '<div class="post"><p>Post {n}: the valve still leaks after the repair, and the manual says nothing.</p></div>'
+FORUM = (
+    """<html><head><title>Valve leaks</title></head><body><div class="thread">{posts}</div></body></html>"""
+)
+
+
+def test_group_features_tell_replies_under_an_article_from_the_posts_of_a_forum():
+    cards = "".join(CARD.format(n=n) for n in range(5))
+    article_page = simplify_html(TEASERS.format(cards=cards), "teasers")
+    article_values = page_features(article_page).values
+    card = _block(article_page, "Another story about the coast, number 3")
+    article = _block(article_page, "The new harbour")
+    # the cards are one group of five, after the article's text, and the candidate (the article) is not in it
+    assert article_values[card, _column("group_repeat_log")] == pytest.approx(np.log(5))
+    assert 0 < article_values[card, _column("group_text_share")] < 1
+    assert article_values[card, _column("text_before_group_share")] > 0.2
+    assert article_values[card, _column("candidate_in_group")] == 0.0
+    # the article's paragraphs repeat a template without class words: not a group
+    assert article_values[article, _column("group_repeat_log")] == 0.0
+    forum_page = simplify_html(FORUM.format(posts="".join(POST.format(n=n) for n in range(4))), "forum")
+    forum_values = page_features(forum_page).values
+    post = _block(forum_page, "Post 2")
+    # a forum's posts are the page: the group holds all its text, and the candidate lies inside it
+    assert forum_values[post, _column("group_repeat_log")] == pytest.approx(np.log(4))
+    assert forum_values[post, _column("group_text_share")] == pytest.approx(1.0)
+    assert forum_values[post, _column("text_before_group_share")] == 0.0
+    assert forum_values[post, _column("candidate_in_group")] == pytest.approx(1.0)
+
+
+def test_taxonomy_classes_do_not_name_the_element():
+    tagged = '<article class="post type-post hentry category-product-reviews tag-comment-moderation">'
+    page = simplify_html(
+        f"<html><body>{tagged}<p>{ENGLISH['para1']}</p></article>"
+        f'<div class="comments"><p>{ENGLISH["para2"]}</p></div></body></html>',
+        "tagged",
+    )
+    values = page_features(page).values
+    body, comment = _block(page, "The northern"), _block(page, "In spring")
+    # "reviews" and "comment" here are the post's tags, not what the article is; the real comment box is
+    assert values[body, _column("kw_comment")] == 0.0 < values[body, _column("kw_content")]
+    assert values[comment, _column("kw_comment")] > 0

@@ -1,0 +1,48 @@
+"""``bench/cpu_labeler.py compare``: the leads of a quality run's per-page file, and over an earlier run."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("cpu_labeler_bench", REPO / "bench" / "cpu_labeler.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _write(path: Path, rows: dict[str, list[float]]) -> Path:
+    with path.open("w", encoding="utf-8") as out:
+        for extractor, values in rows.items():
+            for index, value in enumerate(values):
+                file = "dev" if index % 2 else "dev_hard"
+                record = {"id": f"p{index}", "extractor": extractor, "file": file, "rouge_f1": value}
+                out.write(json.dumps({**record, "rouge_f1_norm": value}) + "\n")
+    return path
+
+
+def test_compare_prints_leads_over_baselines_and_the_previous_model(tmp_path, capsys):
+    bench = _bench()
+    current = _write(
+        tmp_path / "new.jsonl",
+        {
+            "dripper:cpu-oof/md": [0.9] * 40,
+            "dripper:cpu-oof/html2text": [0.1] * 40,  # our own other rendering: not a baseline
+            "trafilatura": [0.8] * 40,
+        },
+    )
+    earlier = _write(tmp_path / "old.jsonl", {"dripper:cpu-oof/md": [0.85] * 40, "trafilatura": [0.8] * 40})
+    assert bench.main(["compare", str(current), "--previous", str(earlier), "--resamples", "200"]) == 0
+    table = capsys.readouterr().out
+    rows = [line.split() for line in table.splitlines()[2:]]
+    assert {row[0] for row in rows} == {"file=dev", "file=dev_hard", "articles"}
+    assert not any("html2text" in line for line in table.splitlines())
+    traf = next(r for r in rows if r[0] == "articles" and r[1] == "trafilatura" and r[2] == "rouge_f1")
+    assert traf[4] == "+0.100" and traf[-1] == "*"
+    previous = next(r for r in rows if r[0] == "file=dev" and r[1:3] == ["previous", "model"])
+    assert previous[5] == "+0.050"
