@@ -155,6 +155,8 @@ def structure_features(page: PageStructure) -> np.ndarray:
     out[:, column["repeat_max_log"]] = np.log(repeats.max(axis=1))
     out[:, column["repeat_level"]] = np.where(repeats.max(axis=1) > 1, 1.0 / (1.0 + best_level), 0.0)
 
+    # Whether each template has class words (one extra False at the end, for -1: no template).
+    classed = np.array([not key.endswith(".") for key in templates] + [False], dtype=bool)
     # Nested templates: ancestors whose template is that of a deeper ancestor (one comment in another).
     width = page.path.shape[1] - 1
     if width > 0 and n_containers:
@@ -162,7 +164,6 @@ def structure_features(page: PageStructure) -> np.ndarray:
         ordered = np.sort(chain_templates, axis=1)
         repeated = (ordered[:, 1:] == ordered[:, :-1]) & (ordered[:, 1:] >= 0)
         # Templates of plain wrappers (div without class words) repeat in every page: only count classed ones.
-        classed = np.array([not key.endswith(".") for key in templates], dtype=bool)
         repeated &= classed[np.maximum(ordered[:, 1:], 0)]
         out[:, column["nested_repeats"]] = repeated.sum(axis=1)
 
@@ -184,7 +185,7 @@ def structure_features(page: PageStructure) -> np.ndarray:
                 ids = page.ancestors[:, level - 1]
                 out[:, column[name]] = np.where(ids >= 0, np.log1p(under[np.maximum(ids, 0)]), 0.0)
 
-    group = _repeated_groups(page, out, column, repeats, container_parent, block_parent, levels)
+    group = _repeated_groups(page, out, column, repeats, classed, container_parent, block_parent, levels)
     _candidate(page, out, column, container_parent, group)
     return out
 
@@ -194,6 +195,7 @@ def _repeated_groups(
     out: np.ndarray,
     column: dict[str, int],
     repeats: np.ndarray,
+    classed: np.ndarray,
     container_parent: np.ndarray,
     block_parent: np.ndarray,
     levels: int,
@@ -201,7 +203,6 @@ def _repeated_groups(
     """Each block's repeated group (-1: none) and the group features but ``candidate_in_group``."""
     n = len(page.tags)
     n_templates = max(len(page.templates), 1)
-    classed = np.array([not key.endswith(".") for key in page.templates] + [False], dtype=bool)
     # Level 0 is the block's element, level k its k-th ancestor: parent and template of each.
     parents = [block_parent]
     templates = [page.block_templates]
