@@ -85,6 +85,8 @@ def _records(paths: Sequence[Path], limit: int | None) -> list[dict]:
 
 
 _STEPS = ("simplify", "features", "trees", "render", "fallback")
+# Timed inside simplify: the parses and the copy any simplifier with today's output needs (bench/simplify.py).
+_PARSE_FLOOR = "parse floor"
 
 
 class _StepClock:
@@ -93,15 +95,19 @@ class _StepClock:
     simplify: ``simplify_html``; features: ``page_features`` and the second stage's ``context_features``;
     trees: ``TreeEnsemble.decision_function`` (both stages); render: ``Extractor._build_output``
     (reconstruct, serialise, Markdown); fallback: ``Extractor._run_fallback`` (Trafilatura and Markdown).
+    Within simplify, the parse floor: ``repair_html``, ``parse_document`` and ``processing_copy``.
     """
 
     def __init__(self) -> None:
-        from dripper_core import pipeline
+        from dripper_core import pipeline, simplify
         from dripper_core.labelers.cpu import model
 
-        self.seconds = dict.fromkeys(_STEPS, 0.0)
+        self.seconds = dict.fromkeys((*_STEPS, _PARSE_FLOOR), 0.0)
         self._targets = [
             (pipeline, "simplify_html", "simplify"),
+            (simplify, "repair_html", _PARSE_FLOOR),
+            (simplify, "parse_document", _PARSE_FLOOR),
+            (simplify, "processing_copy", _PARSE_FLOOR),
             (model, "page_features", "features"),
             (model, "context_features", "features"),
             (model.TreeEnsemble, "decision_function", "trees"),
@@ -173,11 +179,17 @@ def _print_speed(name: str, group: dict) -> None:
         per_core, ms = n / cpu[extractor], 1000 * cpu[extractor] / n
         print(f"  {extractor:14} {per_core:17.1f} {ms:14.1f} {n / wall[extractor]:15.1f}")
     print(f"  ratio dripper:cpu / trafilatura (per core): {cpu['trafilatura'] / cpu['dripper:cpu']:.2f}x")
-    other = cpu["dripper:cpu"] - sum(steps.values())  # decoding, checks, batching
+    other = cpu["dripper:cpu"] - sum(steps[step] for step in _STEPS)  # decoding, checks, batching
     print(
         "  dripper:cpu steps, ms/page (CPU): "
-        + ", ".join(f"{key} {1000 * value / n:.2f}" for key, value in steps.items())
+        + ", ".join(f"{key} {1000 * steps[key] / n:.2f}" for key in _STEPS)
         + f", other {1000 * other / n:.2f}"
+    )
+    floor = steps[_PARSE_FLOOR]
+    print(
+        f"  of simplify, the parse floor (lexbor repair, libxml2 parse, processing copy): "
+        f"{1000 * floor / n:.2f} ms/page, so no faster rest of the path passes "
+        f"{cpu['trafilatura'] / max(floor, 1e-9):.2f}x trafilatura"
     )
     print(f"  results by extractor: {dict(group['extractors'])}")
 
@@ -216,7 +228,12 @@ def run_speed(args: argparse.Namespace) -> int:
     for name, group in results.items():
         _print_speed(name, group)
     if len(results) > 1:
-        total = {"n": 0, "cpu": Counter(), "wall": Counter(), "steps": dict.fromkeys(_STEPS, 0.0)}
+        total = {
+            "n": 0,
+            "cpu": Counter(),
+            "wall": Counter(),
+            "steps": dict.fromkeys((*_STEPS, _PARSE_FLOOR), 0.0),
+        }
         total["extractors"] = Counter()
         for group in results.values():
             total["n"] += group["n"]
