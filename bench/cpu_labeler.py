@@ -38,6 +38,10 @@ same pages. Default data: ``../shared/data/dev.jsonl.gz`` and ``dev_hard.jsonl.g
 when absent). It ends with the model's lead over each baseline, per file and on the article files (dev and
 dev_fundus) together, with a 95% paired-bootstrap interval over the pages (``eval.paired``): a lead whose
 interval excludes zero is marked as beyond noise.
+Beside the model's row it scores ``dripper:cpu-oof/ungated``: the model's own labels on every page, the
+pages its confidence gate (``min_confidence``) sends to the fallback included, with each page's best block
+confidence in the per-page info; the last table says, per file, how the declined pages score with the
+fallback and with the model's labels (what the gate gains or loses; ``compare`` prints it too).
 
 ``compare``: the same leads from a ``--pages-out`` file, and with ``--previous`` (the ``--pages-out`` of
 an earlier run on the same pages, e.g. with the code of the shipped model) also the lead over that run's
@@ -425,6 +429,28 @@ def _fold_model(record: dict) -> int:
     return _worker["folds"].get(_fold_key(_worker["cv"].by, record), -1)
 
 
+# The model's own labels on every page, the pages its confidence gate declines included: what the gate
+# (``min_confidence``) gains or loses against the fallback, page for page (``best_confidence`` in the
+# per-page info says where each page stands against any other gate).
+_UNGATED_ROW = "dripper:cpu-oof/ungated"
+_LOW_CONFIDENCE = "label_failed: low confidence"
+
+
+def _declined(result) -> bool:
+    return (result.fallback_reason or "").startswith(_LOW_CONFIDENCE)
+
+
+def _ungated(labeler, pages: list) -> list:
+    """The results of ``labeler``'s model without its confidence gate (and no fallback) on ``pages``."""
+    if not pages:
+        return []
+    from dripper_core.labelers.cpu.model import CpuLabeler
+    from dripper_core.pipeline import ExtractOptions, Extractor
+
+    open_labeler = CpuLabeler(model=labeler.model, threshold=labeler.threshold, min_confidence=0.0)
+    return Extractor(open_labeler, ExtractOptions(fallback=None)).extract_batch(pages)
+
+
 def _score_chunk(records: list[dict], pages) -> list:
     """Extract ``pages`` (eval's BenchPages of ``records``) with their fold models and the baselines."""
     from dripper_core.labelers.cpu.model import CpuLabeler
@@ -446,12 +472,20 @@ def _score_chunk(records: list[dict], pages) -> list:
         started = time.perf_counter()
         results = extractor.extract_batch(core_pages)
         share = (time.perf_counter() - started) / len(indexes)
-        for i, result in zip(indexes, results, strict=True):
+        declined = [position for position, result in enumerate(results) if _declined(result)]
+        ungated = dict(zip(declined, _ungated(labeler, [core_pages[k] for k in declined]), strict=True))
+        for position, (i, result) in enumerate(zip(indexes, results, strict=True)):
+            own = ungated.get(position, result)
             outputs = {
                 "dripper:cpu-oof/md": result.markdown,
                 "dripper:cpu-oof/html2text": html_to_markdown(result.main_html or "", pages[i].url),
+                _UNGATED_ROW: own.markdown,
             }
-            info = {"extractor": result.extractor, "fallback_reason": result.fallback_reason}
+            info = {
+                "extractor": result.extractor,
+                "fallback_reason": result.fallback_reason,
+                "best_confidence": max(own.stats.get("confidence") or [0.0]),
+            }
             outcomes[i] = ExtractionOutcome(outputs, share, None, info)
     baseline_outcomes = [extractor.extract_pages(pages) for extractor in _worker["baselines"]]
     results = []
@@ -570,6 +604,7 @@ def run_quality(args: argparse.Namespace) -> int:
     summary["leads"] = [asdict(lead) for lead in leads]
     print(format_report(summary))
     print(format_leads(leads))
+    print(format_gate(page_records))
     print(f"\nwall time {summary['wall_seconds']:.0f} s")
     if args.out:
         args.out.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
@@ -606,9 +641,40 @@ def run_compare(args: argparse.Namespace) -> int:
         with path.open(encoding="utf-8") as lines:
             return [json.loads(line) for line in lines if line.strip()]
 
-    leads = _leads(read(args.pages), args.resamples, read(args.previous) if args.previous else ())
+    records = read(args.pages)
+    leads = _leads(records, args.resamples, read(args.previous) if args.previous else ())
     print(format_leads(leads))
+    print(format_gate(records))
     return 0 if leads else 1
+
+
+def format_gate(page_records: Iterable[dict], metric: str = "rouge_f1_norm") -> str:
+    """What the confidence gate did, per file: the pages it declined, their mean ``metric`` with the
+    fallback's output (what the model row scored) and with the model's own labels (the ungated row)."""
+    rows: dict[str, dict[str, dict]] = {}
+    for record in page_records:
+        if record.get("extractor") in (_LEAD_ROW, _UNGATED_ROW) and record.get(metric) is not None:
+            rows.setdefault(record["id"], {})[record["extractor"]] = record
+    per_file: dict[str, list[tuple[float, float]]] = {}
+    for pair in rows.values():
+        gated, ungated = pair.get(_LEAD_ROW), pair.get(_UNGATED_ROW)
+        if gated is None or ungated is None:
+            continue
+        if not ((gated.get("info") or {}).get("fallback_reason") or "").startswith(_LOW_CONFIDENCE):
+            continue
+        per_file.setdefault(gated.get("file", "?"), []).append((gated[metric], ungated[metric]))
+    lines = [
+        f"\nconfidence gate ({metric}; pages declined, mean with the fallback / with the model's labels):"
+    ]
+    if not per_file:
+        lines.append("  no page with both rows was declined")
+    for file, pairs in sorted(per_file.items()):
+        fallback = sum(pair[0] for pair in pairs) / len(pairs)
+        own = sum(pair[1] for pair in pairs) / len(pairs)
+        lines.append(
+            f"  {file:12} {len(pairs):5d} pages  fallback {fallback:.3f}  model {own:.3f}  gate gains {fallback - own:+.3f}"
+        )
+    return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

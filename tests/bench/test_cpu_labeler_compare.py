@@ -38,11 +38,38 @@ def test_compare_prints_leads_over_baselines_and_the_previous_model(tmp_path, ca
     )
     earlier = _write(tmp_path / "old.jsonl", {"dripper:cpu-oof/md": [0.85] * 40, "trafilatura": [0.8] * 40})
     assert bench.main(["compare", str(current), "--previous", str(earlier), "--resamples", "200"]) == 0
-    table = capsys.readouterr().out
-    rows = [line.split() for line in table.splitlines()[2:]]
+    table, _, gate = capsys.readouterr().out.partition("\nconfidence gate")
+    rows = [line.split() for line in table.splitlines()[2:] if line.strip()]
     assert {row[0] for row in rows} == {"file=dev", "file=dev_hard", "articles"}
     assert not any("html2text" in line for line in table.splitlines())
     traf = next(r for r in rows if r[0] == "articles" and r[1] == "trafilatura" and r[2] == "rouge_f1")
     assert traf[4] == "+0.100" and traf[-1] == "*"
     previous = next(r for r in rows if r[0] == "file=dev" and r[1:3] == ["previous", "model"])
     assert previous[5] == "+0.050"
+    assert "no page with both rows was declined" in gate  # these rows carry no ungated twin
+
+
+def test_gate_table_compares_declined_pages_with_the_models_own_labels():
+    bench = _bench()
+    declined = {"fallback_reason": "label_failed: low confidence: no block above 0.85 (best 0.6)"}
+    records = []
+    for index in range(4):
+        info = declined if index < 2 else {"fallback_reason": None}
+        for row, value in (
+            ("dripper:cpu-oof/md", 0.8),
+            ("dripper:cpu-oof/ungated", 0.5 if index < 2 else 0.8),
+        ):
+            records.append(
+                {
+                    "id": f"p{index}",
+                    "file": "dev_hard",
+                    "extractor": row,
+                    "rouge_f1_norm": value,
+                    "info": info,
+                }
+            )
+    table = bench.format_gate(records)
+    # Only the two declined pages count: the fallback scored 0.8 on them, the model's own labels 0.5.
+    assert "dev_hard" in table and "    2 pages" in table
+    assert "fallback 0.800  model 0.500  gate gains +0.300" in table
+    assert "no page with both rows was declined" in bench.format_gate(records[4:])
