@@ -648,21 +648,29 @@ def run_compare(args: argparse.Namespace) -> int:
     return 0 if leads else 1
 
 
-def format_gate(page_records: Iterable[dict], metric: str = "rouge_f1_norm") -> str:
+_OTHER_GATES = (0.7, 0.8, 0.9, 0.94)
+
+
+def format_gate(page_records: Iterable[dict], metric: str = "rouge_f1_norm", gates=_OTHER_GATES) -> str:
     """What the confidence gate did, per file: the pages it declined, their mean ``metric`` with the
-    fallback's output (what the model row scored) and with the model's own labels (the ungated row)."""
-    rows: dict[str, dict[str, dict]] = {}
+    fallback's output (what the model row scored) and with the model's own labels (the ungated row); then
+    each file's mean under other ``gates``, from each page's best block confidence: a declined page at or
+    above the gate takes the model's labels, a kept page below it the ``trafilatura`` row's score (the
+    fallback's extractor, scored as that baseline's row)."""
+    wanted = (_LEAD_ROW, _UNGATED_ROW, "trafilatura")
+    rows: dict[tuple[str, str], dict[str, dict]] = {}
     for record in page_records:
-        if record.get("extractor") in (_LEAD_ROW, _UNGATED_ROW) and record.get(metric) is not None:
-            rows.setdefault(record["id"], {})[record["extractor"]] = record
+        if record.get("extractor") in wanted and record.get(metric) is not None:
+            rows.setdefault((record.get("file", "?"), record["id"]), {})[record["extractor"]] = record
     per_file: dict[str, list[tuple[float, float]]] = {}
-    for pair in rows.values():
-        gated, ungated = pair.get(_LEAD_ROW), pair.get(_UNGATED_ROW)
+    pages: list[tuple[str, dict, dict, dict | None]] = []  # file, gated, ungated, trafilatura
+    for (file, _), row in rows.items():
+        gated, ungated = row.get(_LEAD_ROW), row.get(_UNGATED_ROW)
         if gated is None or ungated is None:
             continue
-        if not ((gated.get("info") or {}).get("fallback_reason") or "").startswith(_LOW_CONFIDENCE):
-            continue
-        per_file.setdefault(gated.get("file", "?"), []).append((gated[metric], ungated[metric]))
+        pages.append((file, gated, ungated, row.get("trafilatura")))
+        if _declined_record(gated):
+            per_file.setdefault(file, []).append((gated[metric], ungated[metric]))
     lines = [
         f"\nconfidence gate ({metric}; pages declined, mean with the fallback / with the model's labels):"
     ]
@@ -674,7 +682,32 @@ def format_gate(page_records: Iterable[dict], metric: str = "rouge_f1_norm") -> 
         lines.append(
             f"  {file:12} {len(pairs):5d} pages  fallback {fallback:.3f}  model {own:.3f}  gate gains {fallback - own:+.3f}"
         )
+    if pages and all(trafilatura is not None for *_, trafilatura in pages):
+        lines.append("  other gates (file: mean, pages that change side):")
+        for gate in gates:
+            sums: dict[str, list[float]] = {}
+            for file, gated, ungated, trafilatura in pages:
+                best = (gated.get("info") or {}).get("best_confidence") or 0.0
+                score, moved = gated[metric], 0
+                if _declined_record(gated) and best >= gate:
+                    score, moved = ungated[metric], 1
+                elif not _declined_record(gated) and best < gate and _by_model(gated):
+                    score, moved = trafilatura[metric], 1
+                total = sums.setdefault(file, [0.0, 0, 0])
+                total[0] += score
+                total[1] += 1
+                total[2] += moved
+            cells = ", ".join(f"{file} {t[0] / t[1]:.3f} ({t[2]})" for file, t in sorted(sums.items()))
+            lines.append(f"    {gate:.2f}: {cells}")
     return "\n".join(lines)
+
+
+def _declined_record(record: dict) -> bool:
+    return ((record.get("info") or {}).get("fallback_reason") or "").startswith(_LOW_CONFIDENCE)
+
+
+def _by_model(record: dict) -> bool:
+    return str((record.get("info") or {}).get("extractor") or "").startswith("dripper:")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

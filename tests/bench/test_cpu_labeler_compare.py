@@ -73,3 +73,26 @@ def test_gate_table_compares_declined_pages_with_the_models_own_labels():
     assert "dev_hard" in table and "    2 pages" in table
     assert "fallback 0.800  model 0.500  gate gains +0.300" in table
     assert "no page with both rows was declined" in bench.format_gate(records[4:])
+
+
+def test_gate_table_replays_other_gates_from_each_pages_best_confidence():
+    bench = _bench()
+    records = []
+    # p0: declined at best 0.8 (the model's labels 0.5); p1: kept at best 0.9 (trafilatura 0.6 on it).
+    pages = {
+        "p0": ({"fallback_reason": "label_failed: low confidence", "best_confidence": 0.8}, 0.9, 0.5, 0.9),
+        "p1": ({"fallback_reason": None, "extractor": "dripper:cpu", "best_confidence": 0.9}, 0.7, 0.7, 0.6),
+    }
+    for page, (info, gated, ungated, trafilatura) in pages.items():
+        for row, value in (
+            ("dripper:cpu-oof/md", gated),
+            ("dripper:cpu-oof/ungated", ungated),
+            ("trafilatura", trafilatura),
+        ):
+            records.append(
+                {"id": page, "file": "dev", "extractor": row, "rouge_f1_norm": value, "info": info}
+            )
+    table = bench.format_gate(records, gates=(0.7, 0.85, 0.95))
+    assert "0.70: dev 0.600 (1)" in table  # p0 takes the model's 0.5: (0.5 + 0.7) / 2
+    assert "0.85: dev 0.800 (0)" in table  # as run
+    assert "0.95: dev 0.750 (1)" in table  # p1 goes to the fallback: (0.9 + 0.6) / 2
