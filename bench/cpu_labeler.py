@@ -436,8 +436,9 @@ _UNGATED_ROW = "dripper:cpu-oof/ungated"
 _LOW_CONFIDENCE = "label_failed: low confidence"
 
 
-def _declined(result) -> bool:
-    return (result.fallback_reason or "").startswith(_LOW_CONFIDENCE)
+def _declined(fallback_reason: str | None) -> bool:
+    """Whether a page went to the fallback because the confidence gate declined it."""
+    return (fallback_reason or "").startswith(_LOW_CONFIDENCE)
 
 
 def _ungated(labeler, pages: list) -> list:
@@ -472,7 +473,7 @@ def _score_chunk(records: list[dict], pages) -> list:
         started = time.perf_counter()
         results = extractor.extract_batch(core_pages)
         share = (time.perf_counter() - started) / len(indexes)
-        declined = [position for position, result in enumerate(results) if _declined(result)]
+        declined = [position for position, result in enumerate(results) if _declined(result.fallback_reason)]
         ungated = dict(zip(declined, _ungated(labeler, [core_pages[k] for k in declined]), strict=True))
         for position, (i, result) in enumerate(zip(indexes, results, strict=True)):
             own = ungated.get(position, result)
@@ -703,7 +704,7 @@ def format_gate(page_records: Iterable[dict], metric: str = "rouge_f1_norm", gat
 
 
 def _declined_record(record: dict) -> bool:
-    return ((record.get("info") or {}).get("fallback_reason") or "").startswith(_LOW_CONFIDENCE)
+    return _declined((record.get("info") or {}).get("fallback_reason"))
 
 
 def _by_model(record: dict) -> bool:
