@@ -448,7 +448,9 @@ def _ungated(labeler, pages: list) -> list:
     from dripper_core.labelers.cpu.model import CpuLabeler
     from dripper_core.pipeline import ExtractOptions, Extractor
 
-    open_labeler = CpuLabeler(model=labeler.model, threshold=labeler.threshold, min_confidence=0.0)
+    open_labeler = CpuLabeler(
+        model=labeler.model, threshold=labeler.threshold, min_confidence=0.0, decision=labeler.decision
+    )
     return Extractor(open_labeler, ExtractOptions(fallback=None)).extract_batch(pages)
 
 
@@ -764,7 +766,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="CpuLabeler option for the fold models (threshold, min_confidence)",
+        help="CpuLabeler option for the fold models (threshold, min_confidence, decision)",
     )
     quality.add_argument(
         "--train-param",

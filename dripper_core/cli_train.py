@@ -24,7 +24,7 @@ TRAIN_EPILOG = """examples:
   dripper train-labeler --data ../shared/data/dev.jsonl.gz ../shared/data/dev_hard.jsonl.gz \\
       ../shared/data/dev_fundus.jsonl.gz --output dripper_core/resources/cpu_labeler/model.json.gz \\
       --exclude-pages data/sample/pages.jsonl.gz --threshold 0.4 --min-confidence 0.85 --bags 1 \\
-      --workers 1 --threads 1 --no-cv
+      --workers 1 --threads 1 --no-cv --decision expected_f1
   # use it
   dripper extract --input pages.jsonl.gz --output out.jsonl --labeler cpu
 """
@@ -87,6 +87,13 @@ def add_train_labeler_parser(subparsers) -> argparse.ArgumentParser:
         default=None,
         help="pages where no block reaches this probability go to the fallback (default 0.7)",
     )
+    parser.add_argument(
+        "--decision",
+        default=None,
+        metavar="RULE",
+        help="how block probabilities become labels: threshold, or expected_f1 (each page's cut with the "
+        "highest expected F1; default threshold)",
+    )
     parser.add_argument("--report", default=None, help="also write the training report as JSON here")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
     parser.set_defaults(handler=run_train_labeler)
@@ -107,7 +114,7 @@ def run_train_labeler(args: argparse.Namespace) -> int:
     # Options left unset take TrainParams' defaults (named once, there).
     overrides = {
         name: getattr(args, name)
-        for name in ("rounds", "bags", "threshold", "min_confidence")
+        for name in ("rounds", "bags", "threshold", "min_confidence", "decision")
         if getattr(args, name) is not None
     }
     try:

@@ -3,6 +3,7 @@
 - :mod:`.features`: what the model sees of each block (text statistics, links, tag path and class/id
   vocabulary, position, containers, neighbours; language-agnostic).
 - :mod:`.model`: the model file (JSON, evaluated with numpy) and the registered ``cpu`` labeler.
+- :mod:`.decision`: how block probabilities become labels (a threshold, or each page's expected-F1 cut).
 - :mod:`.train`: training pages from the ``oracle`` labels, site-grouped cross-validation, training
   (``dripper train-labeler``); needs LightGBM or scikit-learn, which extraction does not.
 

@@ -2,8 +2,8 @@
 
 Stage 1 scores each block from its own features (:func:`~dripper_core.labelers.cpu.features.page_features`);
 stage 2 rescores it from the same features plus the stage-1 scores of its neighbours and containers
-(:func:`~dripper_core.labelers.cpu.features.context_features`). A block is main when its stage-2
-probability reaches the model's threshold.
+(:func:`~dripper_core.labelers.cpu.features.context_features`). The model's decision rule turns the stage-2
+probabilities into labels (``decision.py``: a threshold, or each page's expected-F1 cut).
 
 The ensembles are trained with LightGBM (or scikit-learn's ``HistGradientBoostingClassifier``;
 ``train.py``) and exported as plain arrays (split feature, threshold, children, leaf values) into a
@@ -28,6 +28,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from dripper_core.labelers.base import BlockLabeler, LabelRequest, Labels, register_labeler
+from dripper_core.labelers.cpu.decision import DECISIONS, finish_labels
 from dripper_core.labelers.cpu.features import (
     CONTEXT_FEATURE_NAMES,
     FEATURE_NAMES,
@@ -41,7 +42,6 @@ __all__ = ["FORMAT", "CpuLabeler", "CpuModel", "TreeEnsemble", "default_model_pa
 FORMAT = "dripper-cpu-labeler"
 FORMAT_VERSION = 1
 DEFAULT_MODEL = "model.json.gz"
-RELATIVE_THRESHOLD = 0.7
 
 
 #: Rows walked together: a (rows, trees) int32 matrix of 256 x 450 trees is 460 KB, within L2 cache.
@@ -242,7 +242,7 @@ class CpuModel:
     Attributes:
         stage1: Ensemble over :data:`FEATURE_NAMES`.
         stage2: Ensemble over ``FEATURE_NAMES + CONTEXT_FEATURE_NAMES``, or ``None`` (stage 1 decides).
-        threshold: Probability at or above which a block is main.
+        threshold: Probability at or above which a block is main (``decision="threshold"``).
         min_confidence: Pages where no block reaches this probability are left to the fallback.
         metadata: Format, versions, training data, parameters, cross-validated scores.
     """
@@ -252,6 +252,8 @@ class CpuModel:
     threshold: float = 0.5
     min_confidence: float = 0.7
     metadata: dict[str, Any] = field(default_factory=dict)
+    #: How probabilities become labels (:data:`~dripper_core.labelers.cpu.decision.DECISIONS`).
+    decision: str = "threshold"
 
     def probabilities(self, pages: Sequence[PageFeatures]) -> list[np.ndarray]:
         """Main-content probability of every block of every page (one batched pass per stage)."""
@@ -279,6 +281,7 @@ class CpuModel:
             "context_feature_names": list(CONTEXT_FEATURE_NAMES),
             "threshold": self.threshold,
             "min_confidence": self.min_confidence,
+            "decision": self.decision,
             "metadata": self.metadata,
             "stage1": self.stage1.to_dict(),
             "stage2": self.stage2.to_dict() if self.stage2 is not None else None,
@@ -312,7 +315,11 @@ class CpuModel:
         min_confidence = float(data.get("min_confidence", 0.0))
         if not 0.0 <= min_confidence < 1.0:
             raise ValueError(f"{where}: min_confidence {min_confidence} is not a probability")
-        return cls(stage1, stage2, threshold, min_confidence, dict(data.get("metadata") or {}))
+        # Files written before the rule was named used the threshold.
+        decision = str(data.get("decision", "threshold"))
+        if decision not in DECISIONS:
+            raise ValueError(f"{where}: decision {decision!r} is not one of {DECISIONS}")
+        return cls(stage1, stage2, threshold, min_confidence, dict(data.get("metadata") or {}), decision)
 
     def save(self, path: str | Path) -> Path:
         """Write the model as JSON (gzip-compressed when ``path`` ends in ``.gz``)."""
@@ -361,41 +368,18 @@ def _cached_model(path: str) -> CpuModel:
     return load_model(path)
 
 
-def finish_labels(
-    probabilities: np.ndarray, chars: np.ndarray, threshold: float, relative: float = RELATIVE_THRESHOLD
-) -> list[bool]:
-    """Labels from probabilities.
-
-    Blocks at or above ``threshold`` are main. When no block with text reaches it, the blocks within
-    ``relative`` of the likeliest one are main instead (every page in training had a main part, and an
-    empty answer scores nothing). A block without text (image, embed) follows its neighbours: main when
-    the nearest blocks with text on both sides are.
-    """
-    has_text = chars > 0
-    main = probabilities >= threshold
-    if has_text.any() and not main[has_text].any():
-        main = probabilities >= relative * float(probabilities[has_text].max())
-    if has_text.all() or not has_text.any():
-        return main.tolist()
-    texted = np.flatnonzero(has_text)
-    for index in np.flatnonzero(~has_text):
-        slot = np.searchsorted(texted, index)
-        before = main[texted[slot - 1]] if slot > 0 else False
-        after = main[texted[slot]] if slot < texted.size else False
-        main[index] = bool(before and after)
-    return main.tolist()
-
-
 @register_labeler("cpu")
 class CpuLabeler(BlockLabeler):
     """Labels blocks with the shipped gradient-boosted tree model; no GPU, no download.
 
     Args:
         model: A model file path or a loaded :class:`CpuModel` (default: the shipped model).
-        threshold: Override the model's decision threshold.
+        threshold: Override the model's decision threshold (used by ``decision="threshold"``).
         min_confidence: When no block of a page reaches this probability, the labeler declines the page
             (``Labels.failed``, reason ``low confidence``) and the pipeline's fallback (Trafilatura by
             default) extracts it: on such pages the model is usually wrong. ``0`` labels every page.
+        decision: Override the model's decision rule: ``threshold`` or ``expected_f1`` (each page's
+            selection of blocks that maximises its expected F1; see ``decision.py``).
 
     ``Labels.confidence`` holds each block's probability of being main. :attr:`seconds` adds up the wall
     time spent in ``features`` and ``trees`` (both stages) over the labeler's life, for benchmarks.
@@ -408,6 +392,7 @@ class CpuLabeler(BlockLabeler):
         model: str | Path | CpuModel | None = None,
         threshold: float | None = None,
         min_confidence: float | None = None,
+        decision: str | None = None,
     ) -> None:
         super().__init__()
         if isinstance(model, CpuModel):
@@ -421,6 +406,9 @@ class CpuLabeler(BlockLabeler):
         self.min_confidence = self.model.min_confidence if min_confidence is None else float(min_confidence)
         if not 0.0 <= self.min_confidence < 1.0:
             raise ValueError(f"min_confidence {self.min_confidence} must be in [0, 1)")
+        self.decision = self.model.decision if decision is None else str(decision)
+        if self.decision not in DECISIONS:
+            raise ValueError(f"decision {self.decision!r}: choose one of {DECISIONS}")
         self.seconds = {"features": 0.0, "trees": 0.0}
 
     def label_batch(self, requests: Sequence[LabelRequest]) -> list[Labels]:
@@ -446,6 +434,6 @@ class CpuLabeler(BlockLabeler):
                     confidence=confidence,
                 )
                 continue
-            main = finish_labels(p, features.chars, self.threshold)
+            main = finish_labels(p, features.chars, self.threshold, decision=self.decision)
             results[index] = Labels(main=main, confidence=confidence)
         return [result for result in results if result is not None]

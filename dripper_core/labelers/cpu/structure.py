@@ -92,7 +92,6 @@ class PageStructure:
         chars, length: Visible characters per block (and Latin-equivalent length).
         commas: Comma-like characters per block.
         link_share: Share of the block's text inside links.
-        dense: Running-text blocks (``dense`` feature).
         is_heading: h1–h6 blocks.
     """
 

@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
+from dripper_core.labelers.cpu.decision import DECISIONS
 from dripper_core.labelers.cpu.features import PageFeatures, context_features, page_features
 from dripper_core.labelers.cpu.model import CpuModel, TreeEnsemble
 from dripper_core.labelers.oracle import align_blocks
@@ -313,8 +314,10 @@ class TrainParams:
         bags: Ensembles per stage, each fitted on a random ``bag_sites`` share of the training sites and
             averaged (in log-odds): less dependence on which sites happened to be in the training data.
         bag_sites: Share of the sites each bag is fitted on (with ``bags > 1``).
-        threshold: The model's decision threshold (a block is main at or above it).
+        threshold: The model's decision threshold (a block is main at or above it; ``decision="threshold"``).
         min_confidence: The model declines pages where no block reaches this probability.
+        decision: The model's decision rule (``threshold`` or ``expected_f1``: each page's selection of
+            blocks with the highest expected F1; ``decision.py``). The trees do not depend on it.
     """
 
     rounds: int = 150
@@ -335,6 +338,7 @@ class TrainParams:
     bag_sites: float = 0.8
     threshold: float = 0.5
     min_confidence: float = 0.7
+    decision: str = "threshold"
 
     def __post_init__(self) -> None:
         if self.rounds < 1:
@@ -347,6 +351,12 @@ class TrainParams:
             raise ValueError(f"threshold {self.threshold}: need a probability in (0, 1)")
         if not 0.0 <= self.min_confidence < 1.0:
             raise ValueError(f"min_confidence {self.min_confidence}: need a probability in [0, 1)")
+        if self.decision not in DECISIONS:
+            raise ValueError(f"decision {self.decision!r}: choose one of {DECISIONS}")
+
+    def decision_settings(self) -> dict:
+        """The model's decision fields (:class:`CpuModel` keyword arguments)."""
+        return {"threshold": self.threshold, "min_confidence": self.min_confidence, "decision": self.decision}
 
     def resolved_backend(self) -> str:
         if self.backend != "auto":
@@ -663,7 +673,7 @@ def cross_validate(
     for f in range(k):
         stage1 = without[frozenset([f])]
         if not params.two_stage:
-            models.append(CpuModel(stage1, None, params.threshold, params.min_confidence))
+            models.append(CpuModel(stage1, None, **params.decision_settings()))
             probabilities.update({i: stage1_test[i] for i in members[f]})
             continue
         inner: dict[int, np.ndarray] = {}
@@ -679,7 +689,7 @@ def cross_validate(
         _log(f"fold {f + 1}/{k}: stage 2", quiet)
         training = everything[fold_of != f]
         stage2 = _fit(pages, training, params, seed, inner)
-        model = CpuModel(stage1, stage2, params.threshold, params.min_confidence)
+        model = CpuModel(stage1, stage2, **params.decision_settings())
         models.append(model)
         for index in members[f]:
             page = pages[index]
@@ -714,7 +724,7 @@ def fit_model(
     everything = np.arange(len(pages))
     _log(f"stage 1 on all {len(pages)} pages", quiet)
     stage1 = _fit(pages, everything, params, seed)
-    decision = {"threshold": params.threshold, "min_confidence": params.min_confidence}
+    decision = params.decision_settings()
     if not params.two_stage:
         return CpuModel(stage1, None, **decision)
     if stage1_oof is None:

@@ -15,7 +15,6 @@ from dripper_core.labelers.cpu.model import (
     CpuModel,
     TreeEnsemble,
     default_model_path,
-    finish_labels,
     load_model,
 )
 from dripper_core.labelers.cpu.train import (
@@ -88,7 +87,8 @@ def test_ensemble_round_trip_and_validation():
         TreeEnsemble.from_dict(broken)
 
 
-def test_model_file_round_trip(tmp_path):
+def _tiny_model(**decision) -> tuple[CpuModel, np.ndarray]:
+    """A two-stage model over random features, and the stage-2 rows it was fitted on."""
     rng = np.random.default_rng(1)
     n = 400
     x1 = rng.random((n, len(FEATURE_NAMES))).astype(np.float32)
@@ -96,7 +96,12 @@ def test_model_file_round_trip(tmp_path):
     stage1 = fit_ensemble(x1, y, np.ones(n), TrainParams(rounds=3, backend="sklearn"), seed=0)
     x2 = rng.random((n, len(FEATURE_NAMES) + len(CONTEXT_FEATURE_NAMES))).astype(np.float32)
     stage2 = fit_ensemble(x2, y, np.ones(n), TrainParams(rounds=3, backend="sklearn"), seed=0)
-    model = CpuModel(stage1, stage2, threshold=0.4, metadata={"note": "test"})
+    return CpuModel(stage1, stage2, threshold=0.4, metadata={"note": "test"}, **decision), x2
+
+
+def test_model_file_round_trip(tmp_path):
+    model, x2 = _tiny_model()
+    stage2 = model.stage2
     path = model.save(tmp_path / "m.json.gz")
     loaded = load_model(path)
     assert loaded.threshold == 0.4 and loaded.metadata == {"note": "test"}
@@ -112,12 +117,6 @@ def test_model_file_round_trip(tmp_path):
         load_model(tmp_path / "missing.json.gz")
 
 
-def test_finish_labels_lets_empty_blocks_follow_their_neighbours():
-    p = np.array([0.9, 0.0, 0.8, 0.1, 0.0, 0.2])
-    chars = np.array([100, 0, 80, 50, 0, 10])
-    assert finish_labels(p, chars, 0.5) == [True, True, True, False, False, False]
-
-
 def test_shipped_model_is_small_loads_fast_and_says_what_it_is():
     path = default_model_path()
     assert path.exists(), "the shipped model is missing: see `dripper train-labeler --help`"
@@ -130,6 +129,7 @@ def test_shipped_model_is_small_loads_fast_and_says_what_it_is():
     training = metadata["training_data"]
     assert training["pages"] > 100 and training["files"] and all(f["sha256"] for f in training["files"])
     assert metadata["params"]["threshold"] == model.threshold and metadata["params"]["bags"] >= 1
+    assert metadata["params"].get("decision", "threshold") == model.decision
     if "cross_validation" in metadata:  # trained without --no-cv: its own block-level report
         assert metadata["cross_validation"]["model"]["all"]["f1"] > 0.5
     assert model.stage2 is not None
@@ -146,7 +146,18 @@ def test_registered_and_labels_a_page():
     assert result.labels is not None and len(result.labels) == result.stats["n_blocks"]
 
 
-def test_finish_labels_never_answers_nothing_for_a_page_with_text():
-    p = np.array([0.1, 0.35, 0.3, 0.05])
-    chars = np.array([10, 200, 150, 30])
-    assert finish_labels(p, chars, 0.5) == [False, True, True, False]
+def test_the_model_file_names_its_decision_rule(tmp_path):
+    path = _tiny_model(decision="expected_f1")[0].save(tmp_path / "m.json")
+    assert load_model(path).decision == "expected_f1"
+    assert CpuLabeler(model=path).decision == "expected_f1"
+    assert CpuLabeler(model=path, decision="threshold").decision == "threshold"
+    data = json.loads(path.read_text())
+    del data["decision"]  # a file written before the rule was named
+    (tmp_path / "old.json").write_text(json.dumps(data))
+    assert load_model(tmp_path / "old.json").decision == "threshold"
+    data["decision"] = "majority"
+    (tmp_path / "bad.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="decision 'majority'"):
+        load_model(tmp_path / "bad.json")
+    with pytest.raises(ValueError, match="decision 'majority'"):
+        CpuLabeler(model=path, decision="majority")

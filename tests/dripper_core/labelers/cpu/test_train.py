@@ -76,7 +76,7 @@ def test_train_labeler_command_writes_a_model_that_loads(tmp_path):
             [
                 "train-labeler", "--data", str(SAMPLE), "--output", str(to), "--folds", "3", "--limit", "14",
                 "--rounds", "8", "--bags", "2", "--workers", "1", "--threads", "1", "--report", str(report),
-                "--quiet", "--threshold", "0.45", "--min-confidence", "0.6",
+                "--quiet", "--threshold", "0.45", "--min-confidence", "0.6", "--decision", "expected_f1",
             ]
         )  # fmt: skip
         assert args.handler(args) == 0
@@ -88,7 +88,7 @@ def test_train_labeler_command_writes_a_model_that_loads(tmp_path):
     assert model.metadata["training_data"]["files"][0]["records"] == 14
     assert model.metadata["params"]["rounds"] == 8 and model.metadata["params"]["bags"] == 2
     assert model.stage1.n_trees == model.stage2.n_trees == 2 * 8  # two bags' trees, averaged
-    assert (model.threshold, model.min_confidence) == (0.45, 0.6)
+    assert (model.threshold, model.min_confidence, model.decision) == (0.45, 0.6, "expected_f1")
     assert "cross_validation" in json.loads(report.read_text())
     labeler = CpuLabeler(model=output, min_confidence=0)
     html = (
@@ -108,6 +108,8 @@ def test_train_labeler_command_rejects_bad_input(tmp_path):
     args = parser.parse_args(["train-labeler", "--data", str(SAMPLE), "--output", "x", "--folds", "2"])
     assert args.handler(args) == 2
     args = parser.parse_args(["train-labeler", "--data", str(SAMPLE), "--output", "x", "--threshold", "1.5"])
+    assert args.handler(args) == 2
+    args = parser.parse_args(["train-labeler", "--data", str(SAMPLE), "--output", "x", "--decision", "vote"])
     assert args.handler(args) == 2
 
 

@@ -1,0 +1,94 @@
+"""How the CPU labeler turns block probabilities into main/other labels.
+
+Two rules, named in the model file (``decision``) and overridable per labeler:
+
+- ``threshold``: a block is main when its probability reaches the model's threshold.
+- ``expected_f1``: the page's main set is the one that maximises its expected character F1 under the
+  model's probabilities: blocks are taken likeliest first while that expectation grows. This is the
+  threshold that fits each page (a block is worth taking while its probability exceeds about half the F1
+  still reachable), so a page the model is sure of keeps a tight cut near 0.5 and a page it is unsure of,
+  typically a kind of page it has not seen, takes more of its likely text rather than a fragment.
+  Out of fold it is worth +0.002 to +0.003 of ROUGE-5 on articles and costs as much on dev_hard
+  (Dragnet's reader comments); grouped by source, +0.019 of block-level F1 on the hard pages (README).
+
+Either way a page with text never comes back empty, and blocks without text (images, embeds) follow
+their neighbours.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["DECISIONS", "RELATIVE_THRESHOLD", "expected_f1_main", "finish_labels"]
+
+#: The decision rules a model file or a labeler may name.
+DECISIONS = ("threshold", "expected_f1")
+#: With ``threshold``, when no block with text reaches it, blocks within this share of the best are main.
+RELATIVE_THRESHOLD = 0.7
+
+
+def expected_f1_main(probabilities: np.ndarray, chars: np.ndarray) -> np.ndarray:
+    """The blocks whose selection maximises the page's expected character F1.
+
+    With ``p_i`` the probability and ``c_i`` the characters of block ``i``, taking the set ``S`` has an
+    expected F1 of about ``2 Σ_S p_i c_i / (Σ_S c_i + Σ_all p_i c_i)`` (expected true positives over the
+    predicted and the expected true characters). The best ``S`` is a prefix of the blocks by decreasing
+    probability; the longest best prefix is taken. Blocks without characters are never selected here.
+
+    Args:
+        probabilities: ``(n,)`` probability of each block being main.
+        chars: ``(n,)`` visible characters of each block.
+
+    Returns:
+        ``(n,)`` bool, the selected blocks (at least one when any block has characters).
+    """
+    p = np.asarray(probabilities, dtype=np.float64)
+    c = np.asarray(chars, dtype=np.float64)
+    main = np.zeros(p.shape[0], dtype=bool)
+    texted = np.flatnonzero(c > 0)
+    if not texted.size:
+        return main
+    order = texted[np.argsort(-p[texted], kind="stable")]
+    expected_true = float((p[texted] * c[texted]).sum())
+    gain = np.cumsum(p[order] * c[order])
+    size = np.cumsum(c[order])
+    f1 = 2.0 * gain / (size + expected_true)
+    # The longest prefix within rounding of the best: ties (blocks of probability 0 add nothing) stop early.
+    best = int(np.flatnonzero(f1 >= f1.max() - 1e-12)[-1]) + 1 if expected_true > 0 else 1
+    main[order[:best]] = True
+    return main
+
+
+def finish_labels(
+    probabilities: np.ndarray,
+    chars: np.ndarray,
+    threshold: float,
+    relative: float = RELATIVE_THRESHOLD,
+    decision: str = "threshold",
+) -> list[bool]:
+    """Labels from probabilities.
+
+    With ``decision="threshold"``, blocks at or above ``threshold`` are main; when no block with text
+    reaches it, the blocks within ``relative`` of the likeliest one are main instead (every page in
+    training had a main part, and an empty answer scores nothing). With ``"expected_f1"`` the blocks of
+    :func:`expected_f1_main` are. A block without text (image, embed) follows its neighbours: main when the
+    nearest blocks with text on both sides are.
+    """
+    if decision not in DECISIONS:
+        raise ValueError(f"decision {decision!r}: choose one of {DECISIONS}")
+    has_text = chars > 0
+    if decision == "expected_f1" and has_text.any():
+        main = expected_f1_main(probabilities, chars)
+    else:
+        main = probabilities >= threshold
+        if has_text.any() and not main[has_text].any():
+            main = probabilities >= relative * float(probabilities[has_text].max())
+    if has_text.all() or not has_text.any():
+        return main.tolist()
+    texted = np.flatnonzero(has_text)
+    for index in np.flatnonzero(~has_text):
+        slot = np.searchsorted(texted, index)
+        before = main[texted[slot - 1]] if slot > 0 else False
+        after = main[texted[slot]] if slot < texted.size else False
+        main[index] = bool(before and after)
+    return main.tolist()
