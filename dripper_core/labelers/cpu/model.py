@@ -374,7 +374,8 @@ class CpuLabeler(BlockLabeler):
 
     Args:
         model: A model file path or a loaded :class:`CpuModel` (default: the shipped model).
-        threshold: Override the model's decision threshold (used by ``decision="threshold"``).
+        threshold: Override the model's decision threshold; given without ``decision``, it also selects
+            the threshold rule (a threshold asked for is a threshold used).
         min_confidence: When no block of a page reaches this probability, the labeler declines the page
             (``Labels.failed``, reason ``low confidence``) and the pipeline's fallback (Trafilatura by
             default) extracts it: on such pages the model is usually wrong. ``0`` labels every page.
@@ -406,7 +407,9 @@ class CpuLabeler(BlockLabeler):
         self.min_confidence = self.model.min_confidence if min_confidence is None else float(min_confidence)
         if not 0.0 <= self.min_confidence < 1.0:
             raise ValueError(f"min_confidence {self.min_confidence} must be in [0, 1)")
-        self.decision = self.model.decision if decision is None else str(decision)
+        if decision is None:
+            decision = "threshold" if threshold is not None else self.model.decision
+        self.decision = str(decision)
         if self.decision not in DECISIONS:
             raise ValueError(f"decision {self.decision!r}: choose one of {DECISIONS}")
         self.seconds = {"features": 0.0, "trees": 0.0}

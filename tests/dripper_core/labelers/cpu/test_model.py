@@ -151,6 +151,9 @@ def test_the_model_file_names_its_decision_rule(tmp_path):
     assert load_model(path).decision == "expected_f1"
     assert CpuLabeler(model=path).decision == "expected_f1"
     assert CpuLabeler(model=path, decision="threshold").decision == "threshold"
+    # A threshold asked for is a threshold used, unless a rule is named too.
+    assert CpuLabeler(model=path, threshold=0.6).decision == "threshold"
+    assert CpuLabeler(model=path, threshold=0.6, decision="expected_f1").decision == "expected_f1"
     data = json.loads(path.read_text())
     del data["decision"]  # a file written before the rule was named
     (tmp_path / "old.json").write_text(json.dumps(data))
