@@ -53,7 +53,7 @@ def expected_f1_main(probabilities: np.ndarray, chars: np.ndarray) -> np.ndarray
     gain = np.cumsum(p[order] * c[order])
     size = np.cumsum(c[order])
     f1 = 2.0 * gain / (size + expected_true)
-    # The longest prefix within rounding of the best: ties (blocks of probability 0 add nothing) stop early.
+    # Of the prefixes with the best expected F1 (to rounding), the longest; all-zero probabilities: the top.
     best = int(np.flatnonzero(f1 >= f1.max() - 1e-12)[-1]) + 1 if expected_true > 0 else 1
     main[order[:best]] = True
     return main
