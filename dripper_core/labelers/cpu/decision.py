@@ -19,12 +19,19 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["DECISIONS", "RELATIVE_THRESHOLD", "expected_f1_main", "finish_labels"]
+__all__ = ["DECISIONS", "RELATIVE_THRESHOLD", "check_decision", "expected_f1_main", "finish_labels"]
 
 #: The decision rules a model file or a labeler may name.
 DECISIONS = ("threshold", "expected_f1")
 #: With ``threshold``, when no block with text reaches it, blocks within this share of the best are main.
 RELATIVE_THRESHOLD = 0.7
+
+
+def check_decision(decision: str) -> str:
+    """``decision`` when it names a rule of :data:`DECISIONS`; a ``ValueError`` naming them otherwise."""
+    if decision not in DECISIONS:
+        raise ValueError(f"decision {decision!r}: choose one of {DECISIONS}")
+    return decision
 
 
 def expected_f1_main(probabilities: np.ndarray, chars: np.ndarray) -> np.ndarray:
@@ -74,8 +81,7 @@ def finish_labels(
     :func:`expected_f1_main` are. A block without text (image, embed) follows its neighbours: main when the
     nearest blocks with text on both sides are.
     """
-    if decision not in DECISIONS:
-        raise ValueError(f"decision {decision!r}: choose one of {DECISIONS}")
+    check_decision(decision)
     has_text = chars > 0
     if decision == "expected_f1" and has_text.any():
         main = expected_f1_main(probabilities, chars)

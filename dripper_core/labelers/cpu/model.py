@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from dripper_core.labelers.base import BlockLabeler, LabelRequest, Labels, register_labeler
-from dripper_core.labelers.cpu.decision import DECISIONS, finish_labels
+from dripper_core.labelers.cpu.decision import check_decision, finish_labels
 from dripper_core.labelers.cpu.features import (
     CONTEXT_FEATURE_NAMES,
     FEATURE_NAMES,
@@ -316,9 +316,10 @@ class CpuModel:
         if not 0.0 <= min_confidence < 1.0:
             raise ValueError(f"{where}: min_confidence {min_confidence} is not a probability")
         # Files written before the rule was named used the threshold.
-        decision = str(data.get("decision", "threshold"))
-        if decision not in DECISIONS:
-            raise ValueError(f"{where}: decision {decision!r} is not one of {DECISIONS}")
+        try:
+            decision = check_decision(str(data.get("decision", "threshold")))
+        except ValueError as error:
+            raise ValueError(f"{where}: {error}") from None
         return cls(stage1, stage2, threshold, min_confidence, dict(data.get("metadata") or {}), decision)
 
     def save(self, path: str | Path) -> Path:
@@ -409,9 +410,7 @@ class CpuLabeler(BlockLabeler):
             raise ValueError(f"min_confidence {self.min_confidence} must be in [0, 1)")
         if decision is None:
             decision = "threshold" if threshold is not None else self.model.decision
-        self.decision = str(decision)
-        if self.decision not in DECISIONS:
-            raise ValueError(f"decision {self.decision!r}: choose one of {DECISIONS}")
+        self.decision = check_decision(str(decision))
         self.seconds = {"features": 0.0, "trees": 0.0}
 
     def label_batch(self, requests: Sequence[LabelRequest]) -> list[Labels]:

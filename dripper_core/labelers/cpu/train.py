@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from dripper_core.labelers.cpu.decision import DECISIONS
+from dripper_core.labelers.cpu.decision import check_decision
 from dripper_core.labelers.cpu.features import PageFeatures, context_features, page_features
 from dripper_core.labelers.cpu.model import CpuModel, TreeEnsemble
 from dripper_core.labelers.oracle import align_blocks
@@ -351,8 +351,7 @@ class TrainParams:
             raise ValueError(f"threshold {self.threshold}: need a probability in (0, 1)")
         if not 0.0 <= self.min_confidence < 1.0:
             raise ValueError(f"min_confidence {self.min_confidence}: need a probability in [0, 1)")
-        if self.decision not in DECISIONS:
-            raise ValueError(f"decision {self.decision!r}: choose one of {DECISIONS}")
+        check_decision(self.decision)
 
     def decision_settings(self) -> dict:
         """The model's decision fields (:class:`CpuModel` keyword arguments)."""
