@@ -24,7 +24,7 @@ TRAIN_EPILOG = """examples:
   dripper train-labeler --data ../shared/data/dev.jsonl.gz ../shared/data/dev_hard.jsonl.gz \\
       ../shared/data/dev_fundus.jsonl.gz --output dripper_core/resources/cpu_labeler/model.json.gz \\
       --exclude-pages data/sample/pages.jsonl.gz --threshold 0.4 --min-confidence 0.85 --bags 1 \\
-      --workers 1 --threads 1 --no-cv --decision expected_f1
+      --workers 1 --threads 1 --no-cv --decision expected_f1 --min-page-confidence 0.85
   # use it
   dripper extract --input pages.jsonl.gz --output out.jsonl --labeler cpu
 """
@@ -88,6 +88,13 @@ def add_train_labeler_parser(subparsers) -> argparse.ArgumentParser:
         help="pages where no block reaches this probability go to the fallback (default 0.7)",
     )
     parser.add_argument(
+        "--min-page-confidence",
+        type=float,
+        default=None,
+        help="pages whose labels' expected F1 under the model is below this go to the fallback too "
+        "(default 0: off)",
+    )
+    parser.add_argument(
         "--decision",
         default=None,
         metavar="RULE",
@@ -114,7 +121,7 @@ def run_train_labeler(args: argparse.Namespace) -> int:
     # Options left unset take TrainParams' defaults (named once, there).
     overrides = {
         name: getattr(args, name)
-        for name in ("rounds", "bags", "threshold", "min_confidence", "decision")
+        for name in ("rounds", "bags", "threshold", "min_confidence", "min_page_confidence", "decision")
         if getattr(args, name) is not None
     }
     try:

@@ -204,6 +204,8 @@ class Extractor:
             share = (time.perf_counter() - started) / len(labelled)
             for item, answer in zip(labelled, answers, strict=True):
                 item.stats["label_seconds"] = share
+                if answer.page_confidence is not None:
+                    item.stats["page_confidence"] = answer.page_confidence
                 if answer.main is None:
                     item.needs_fallback = f"label_failed: {answer.failure}"
                 else:

@@ -51,12 +51,15 @@ class Labels:
         failure: Why no labels were produced (the page goes to the fallback), ``None`` on success.
         confidence: Optional per-block confidence (e.g. the log-probability margin main − other).
         raw_output: Optional raw model output, for debugging.
+        page_confidence: Optional estimate of the page's quality in [0, 1] (the CPU labeler's expected
+            character F1 of its labels); the pipeline records it as ``stats["page_confidence"]``.
     """
 
     main: list[bool] | None
     failure: str | None = None
     confidence: list[float] | None = None
     raw_output: str | None = None
+    page_confidence: float | None = None
 
     @classmethod
     def failed(cls, reason: str) -> Labels:

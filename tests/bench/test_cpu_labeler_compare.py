@@ -80,8 +80,27 @@ def test_gate_table_replays_other_gates_from_each_pages_best_confidence():
     records = []
     # p0: declined at best 0.8 (the model's labels 0.5); p1: kept at best 0.9 (trafilatura 0.6 on it).
     pages = {
-        "p0": ({"fallback_reason": "label_failed: low confidence", "best_confidence": 0.8}, 0.9, 0.5, 0.9),
-        "p1": ({"fallback_reason": None, "extractor": "dripper:cpu", "best_confidence": 0.9}, 0.7, 0.7, 0.6),
+        "p0": (
+            {
+                "fallback_reason": "label_failed: low confidence",
+                "best_confidence": 0.8,
+                "page_confidence": 0.6,
+            },
+            0.9,
+            0.5,
+            0.9,
+        ),
+        "p1": (
+            {
+                "fallback_reason": None,
+                "extractor": "dripper:cpu",
+                "best_confidence": 0.9,
+                "page_confidence": 0.4,
+            },
+            0.7,
+            0.7,
+            0.6,
+        ),
     }
     for page, (info, gated, ungated, trafilatura) in pages.items():
         for row, value in (
@@ -92,7 +111,9 @@ def test_gate_table_replays_other_gates_from_each_pages_best_confidence():
             records.append(
                 {"id": page, "file": "dev", "extractor": row, "rouge_f1_norm": value, "info": info}
             )
-    table = bench.format_gate(records, gates=(0.7, 0.85, 0.95))
-    assert "0.70: dev 0.600 (1)" in table  # p0 takes the model's 0.5: (0.5 + 0.7) / 2
-    assert "0.85: dev 0.800 (0)" in table  # as run
-    assert "0.95: dev 0.750 (1)" in table  # p1 goes to the fallback: (0.9 + 0.6) / 2
+    table = bench.format_gate(records, gates=((0.7, 0.0), (0.85, 0.0), (0.95, 0.0), (0.7, 0.5)))
+    assert "0.70 / 0.00: dev 0.600 (1, 0%)" in table  # p0 takes the model's 0.5: (0.5 + 0.7) / 2
+    assert "0.85 / 0.00: dev 0.800 (0, 50%)" in table  # as run
+    assert "0.95 / 0.00: dev 0.750 (1, 100%)" in table  # p1 goes to the fallback: (0.9 + 0.6) / 2
+    # p1's labels expect an F1 of 0.4: a page gate of 0.5 declines it whatever its best block (p0 passes).
+    assert "0.70 / 0.50: dev 0.550 (2, 50%)" in table

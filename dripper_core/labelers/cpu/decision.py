@@ -19,7 +19,15 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["DECISIONS", "RELATIVE_THRESHOLD", "check_decision", "expected_f1_main", "finish_labels"]
+__all__ = [
+    "DECISIONS",
+    "RELATIVE_THRESHOLD",
+    "check_decision",
+    "check_gate",
+    "expected_f1",
+    "expected_f1_main",
+    "finish_labels",
+]
 
 #: The decision rules a model file or a labeler may name.
 DECISIONS = ("threshold", "expected_f1")
@@ -32,6 +40,14 @@ def check_decision(decision: str) -> str:
     if decision not in DECISIONS:
         raise ValueError(f"decision {decision!r}: choose one of {DECISIONS}")
     return decision
+
+
+def check_gate(name: str, value: float) -> float:
+    """``value`` as a float when it is a gate in [0, 1) (0 turns the gate off); a ``ValueError`` otherwise."""
+    value = float(value)
+    if not 0.0 <= value < 1.0:
+        raise ValueError(f"{name} {value}: need a probability in [0, 1)")
+    return value
 
 
 def expected_f1_main(probabilities: np.ndarray, chars: np.ndarray) -> np.ndarray:
@@ -64,6 +80,19 @@ def expected_f1_main(probabilities: np.ndarray, chars: np.ndarray) -> np.ndarray
     best = int(np.flatnonzero(f1 >= f1.max() - 1e-12)[-1]) + 1 if expected_true > 0 else 1
     main[order[:best]] = True
     return main
+
+
+def expected_f1(probabilities: np.ndarray, chars: np.ndarray, main: np.ndarray | list[bool]) -> float:
+    """The expected character F1 of the labels ``main`` under the model's ``probabilities``.
+
+    The same estimate :func:`expected_f1_main` maximises: ``2 Σ_main p_i c_i / (Σ_main c_i + Σ_all p_i c_i)``,
+    the model's own guess of how well these labels score; 0.0 on a page without characters.
+    """
+    p = np.asarray(probabilities, dtype=np.float64)
+    c = np.asarray(chars, dtype=np.float64)
+    taken = np.asarray(main, dtype=bool)
+    denominator = float(c[taken].sum() + (p * c).sum())
+    return 2.0 * float((p[taken] * c[taken]).sum()) / denominator if denominator > 0 else 0.0
 
 
 def finish_labels(

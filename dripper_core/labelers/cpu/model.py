@@ -3,7 +3,9 @@
 Stage 1 scores each block from its own features (:func:`~dripper_core.labelers.cpu.features.page_features`);
 stage 2 rescores it from the same features plus the stage-1 scores of its neighbours and containers
 (:func:`~dripper_core.labelers.cpu.features.context_features`). The model's decision rule turns the stage-2
-probabilities into labels (``decision.py``: a threshold, or each page's expected-F1 cut).
+probabilities into labels (``decision.py``: a threshold, or each page's expected-F1 cut); two gates leave a
+page to the fallback instead: no block sure enough (``min_confidence``), or labels whose expected F1 under
+the model's own probabilities is too low (``min_page_confidence``).
 
 The ensembles are trained with LightGBM (or scikit-learn's ``HistGradientBoostingClassifier``;
 ``train.py``) and exported as plain arrays (split feature, threshold, children, leaf values) into a
@@ -28,7 +30,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from dripper_core.labelers.base import BlockLabeler, LabelRequest, Labels, register_labeler
-from dripper_core.labelers.cpu.decision import check_decision, finish_labels
+from dripper_core.labelers.cpu.decision import check_decision, check_gate, expected_f1, finish_labels
 from dripper_core.labelers.cpu.features import (
     CONTEXT_FEATURE_NAMES,
     FEATURE_NAMES,
@@ -245,6 +247,9 @@ class CpuModel:
         threshold: Probability at or above which a block is main (``decision="threshold"``).
         min_confidence: Pages where no block reaches this probability are left to the fallback.
         metadata: Format, versions, training data, parameters, cross-validated scores.
+        decision: How probabilities become labels (:data:`~dripper_core.labelers.cpu.decision.DECISIONS`).
+        min_page_confidence: Pages whose labels' expected F1 under the model's probabilities is below
+            this are left to the fallback too (0: no such gate).
     """
 
     stage1: TreeEnsemble
@@ -252,8 +257,8 @@ class CpuModel:
     threshold: float = 0.5
     min_confidence: float = 0.7
     metadata: dict[str, Any] = field(default_factory=dict)
-    #: How probabilities become labels (:data:`~dripper_core.labelers.cpu.decision.DECISIONS`).
     decision: str = "threshold"
+    min_page_confidence: float = 0.0
 
     def probabilities(self, pages: Sequence[PageFeatures]) -> list[np.ndarray]:
         """Main-content probability of every block of every page (one batched pass per stage)."""
@@ -282,6 +287,7 @@ class CpuModel:
             "threshold": self.threshold,
             "min_confidence": self.min_confidence,
             "decision": self.decision,
+            "min_page_confidence": self.min_page_confidence,
             "metadata": self.metadata,
             "stage1": self.stage1.to_dict(),
             "stage2": self.stage2.to_dict() if self.stage2 is not None else None,
@@ -312,15 +318,22 @@ class CpuModel:
         threshold = float(data.get("threshold", 0.5))
         if not 0.0 < threshold < 1.0:
             raise ValueError(f"{where}: threshold {threshold} is not a probability")
-        min_confidence = float(data.get("min_confidence", 0.0))
-        if not 0.0 <= min_confidence < 1.0:
-            raise ValueError(f"{where}: min_confidence {min_confidence} is not a probability")
-        # Files written before the rule was named used the threshold.
+        # Files written before the rule and the page gate were named used the threshold and no page gate.
         try:
+            min_confidence = check_gate("min_confidence", data.get("min_confidence", 0.0))
+            min_page_confidence = check_gate("min_page_confidence", data.get("min_page_confidence", 0.0))
             decision = check_decision(str(data.get("decision", "threshold")))
         except ValueError as error:
             raise ValueError(f"{where}: {error}") from None
-        return cls(stage1, stage2, threshold, min_confidence, dict(data.get("metadata") or {}), decision)
+        return cls(
+            stage1,
+            stage2,
+            threshold,
+            min_confidence,
+            dict(data.get("metadata") or {}),
+            decision,
+            min_page_confidence,
+        )
 
     def save(self, path: str | Path) -> Path:
         """Write the model as JSON (gzip-compressed when ``path`` ends in ``.gz``)."""
@@ -380,11 +393,16 @@ class CpuLabeler(BlockLabeler):
         min_confidence: When no block of a page reaches this probability, the labeler declines the page
             (``Labels.failed``, reason ``low confidence``) and the pipeline's fallback (Trafilatura by
             default) extracts it: on such pages the model is usually wrong. ``0`` labels every page.
+        min_page_confidence: The labeler also declines a page (same reason) when the expected F1 of its
+            labels under the model's probabilities is below this: the model is unsure of much of the
+            page, as on a kind of page it was not trained on. ``0`` turns this gate off.
         decision: Override the model's decision rule: ``threshold`` or ``expected_f1`` (each page's
             selection of blocks that maximises its expected F1; see ``decision.py``).
 
-    ``Labels.confidence`` holds each block's probability of being main. :attr:`seconds` adds up the wall
-    time spent in ``features`` and ``trees`` (both stages) over the labeler's life, for benchmarks.
+    ``Labels.confidence`` holds each block's probability of being main, ``Labels.page_confidence`` the
+    expected character F1 of the page's labels under those probabilities (the model's own estimate of
+    how well it did; given on declined pages too, for the labels it would have given). :attr:`seconds`
+    adds up the wall time spent in ``features`` and ``trees`` (both stages) over the labeler's life.
     """
 
     name = "cpu"
@@ -395,6 +413,7 @@ class CpuLabeler(BlockLabeler):
         threshold: float | None = None,
         min_confidence: float | None = None,
         decision: str | None = None,
+        min_page_confidence: float | None = None,
     ) -> None:
         super().__init__()
         if isinstance(model, CpuModel):
@@ -405,9 +424,13 @@ class CpuLabeler(BlockLabeler):
         self.threshold = self.model.threshold if threshold is None else float(threshold)
         if not 0.0 < self.threshold < 1.0:
             raise ValueError(f"threshold {self.threshold} must be between 0 and 1")
-        self.min_confidence = self.model.min_confidence if min_confidence is None else float(min_confidence)
-        if not 0.0 <= self.min_confidence < 1.0:
-            raise ValueError(f"min_confidence {self.min_confidence} must be in [0, 1)")
+        self.min_confidence = check_gate(
+            "min_confidence", self.model.min_confidence if min_confidence is None else min_confidence
+        )
+        self.min_page_confidence = check_gate(
+            "min_page_confidence",
+            self.model.min_page_confidence if min_page_confidence is None else min_page_confidence,
+        )
         if decision is None:
             decision = "threshold" if threshold is not None else self.model.decision
         self.decision = check_decision(str(decision))
@@ -428,14 +451,20 @@ class CpuLabeler(BlockLabeler):
         self.seconds["trees"] += time.perf_counter() - featured
         for (index, features), p in zip(ready, probabilities, strict=True):
             confidence = [round(v, 4) for v in p.tolist()]
+            main = finish_labels(p, features.chars, self.threshold, decision=self.decision)
+            page_confidence = round(expected_f1(p, features.chars, main), 4)
             top = float(p[features.chars > 0].max()) if (features.chars > 0).any() else 0.0
+            failure = None
             if top < self.min_confidence:
+                failure = f"low confidence: no block above {self.min_confidence:g} (best {top:.2f})"
+            elif page_confidence < self.min_page_confidence:
+                failure = (
+                    f"low confidence: expected F1 {page_confidence:.2f} below {self.min_page_confidence:g}"
+                )
+            if failure is not None:
                 results[index] = Labels(
-                    main=None,
-                    failure=f"low confidence: no block above {self.min_confidence:g} (best {top:.2f})",
-                    confidence=confidence,
+                    main=None, failure=failure, confidence=confidence, page_confidence=page_confidence
                 )
                 continue
-            main = finish_labels(p, features.chars, self.threshold, decision=self.decision)
-            results[index] = Labels(main=main, confidence=confidence)
+            results[index] = Labels(main=main, confidence=confidence, page_confidence=page_confidence)
         return [result for result in results if result is not None]

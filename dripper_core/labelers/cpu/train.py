@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from dripper_core.labelers.cpu.decision import check_decision
+from dripper_core.labelers.cpu.decision import check_decision, check_gate
 from dripper_core.labelers.cpu.features import PageFeatures, context_features, page_features
 from dripper_core.labelers.cpu.model import CpuModel, TreeEnsemble
 from dripper_core.labelers.oracle import align_blocks
@@ -316,6 +316,8 @@ class TrainParams:
         bag_sites: Share of the sites each bag is fitted on (with ``bags > 1``).
         threshold: The model's decision threshold (a block is main at or above it; ``decision="threshold"``).
         min_confidence: The model declines pages where no block reaches this probability.
+        min_page_confidence: The model also declines pages whose labels' expected F1 under its
+            probabilities is below this (0: no such gate).
         decision: The model's decision rule (``threshold`` or ``expected_f1``: each page's selection of
             blocks with the highest expected F1; ``decision.py``). The trees do not depend on it.
     """
@@ -339,6 +341,7 @@ class TrainParams:
     threshold: float = 0.5
     min_confidence: float = 0.7
     decision: str = "threshold"
+    min_page_confidence: float = 0.0
 
     def __post_init__(self) -> None:
         if self.rounds < 1:
@@ -349,13 +352,18 @@ class TrainParams:
             )
         if not 0.0 < self.threshold < 1.0:
             raise ValueError(f"threshold {self.threshold}: need a probability in (0, 1)")
-        if not 0.0 <= self.min_confidence < 1.0:
-            raise ValueError(f"min_confidence {self.min_confidence}: need a probability in [0, 1)")
+        check_gate("min_confidence", self.min_confidence)
+        check_gate("min_page_confidence", self.min_page_confidence)
         check_decision(self.decision)
 
     def decision_settings(self) -> dict:
         """The model's decision fields (:class:`CpuModel` keyword arguments)."""
-        return {"threshold": self.threshold, "min_confidence": self.min_confidence, "decision": self.decision}
+        return {
+            "threshold": self.threshold,
+            "min_confidence": self.min_confidence,
+            "decision": self.decision,
+            "min_page_confidence": self.min_page_confidence,
+        }
 
     def resolved_backend(self) -> str:
         if self.backend != "auto":

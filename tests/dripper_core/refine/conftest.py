@@ -102,10 +102,12 @@ def build_extracted_root(root: Path) -> Path:
 
 
 def _fixture_key() -> str:
+    from dripper_core.labelers.cpu.model import default_model_path
     from dripper_core.stages.extract import extracted_schema
 
     digest = hashlib.sha256((SAMPLE / "manifest.json").read_bytes())
     digest.update(str(extracted_schema()).encode())
+    digest.update(default_model_path().read_bytes())  # a new shipped model extracts other rows
     digest.update(str(FIXTURE_VERSION).encode())
     return digest.hexdigest()[:16]
 

@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from dripper_core.labelers.cpu.decision import expected_f1_main, finish_labels
+from dripper_core.labelers.cpu.decision import expected_f1, expected_f1_main, finish_labels
 
 
 def _expected_f1(selected: np.ndarray, p: np.ndarray, chars: np.ndarray) -> float:
@@ -54,3 +54,19 @@ def test_expected_f1_takes_more_of_an_uncertain_page_than_a_threshold():
     assert finish_labels(sure, chars, 0.4, decision="expected_f1") == [True, True, False, False]
     with pytest.raises(ValueError, match="decision"):
         finish_labels(sure, chars, 0.4, decision="majority")
+
+
+def test_expected_f1_scores_any_labels_and_is_what_the_cut_maximises():
+    rng = np.random.default_rng(5)
+    for _ in range(100):
+        n = int(rng.integers(1, 7))
+        p, chars = rng.random(n), rng.integers(1, 300, n).astype(np.float64)
+        mask = rng.random(n) < 0.5
+        assert expected_f1(p, chars, mask) == pytest.approx(_expected_f1(mask, p, chars), abs=1e-12)
+        best = expected_f1(p, chars, expected_f1_main(p, chars))
+        assert best >= expected_f1(p, chars, mask) - 1e-12 and 0.0 <= best <= 1.0
+    sure, unsure = np.array([0.99, 0.98, 0.01]), np.array([0.6, 0.5, 0.4])
+    chars = np.full(3, 100.0)
+    assert expected_f1(sure, chars, [True, True, False]) > 0.98
+    assert expected_f1(unsure, chars, expected_f1_main(unsure, chars)) < 0.8
+    assert expected_f1(np.zeros(2), np.zeros(2), [True, False]) == 0.0

@@ -144,6 +144,11 @@ def test_registered_and_labels_a_page():
     assert "northern rivers freeze" in result.markdown
     assert "Privacy" not in result.markdown
     assert result.labels is not None and len(result.labels) == result.stats["n_blocks"]
+    # The model's own estimate of the page: the expected F1 of its labels, on declined pages too.
+    assert 0.5 < result.stats["page_confidence"] <= 1.0
+    declined = extract(ARTICLE, labeler=CpuLabeler(min_confidence=0.9999), fallback="trafilatura")
+    assert declined.fallback_reason.startswith("label_failed: low confidence")
+    assert declined.stats["page_confidence"] == result.stats["page_confidence"]
 
 
 def test_the_model_file_names_its_decision_rule(tmp_path):
@@ -164,3 +169,31 @@ def test_the_model_file_names_its_decision_rule(tmp_path):
         load_model(tmp_path / "bad.json")
     with pytest.raises(ValueError, match="decision 'majority'"):
         CpuLabeler(model=path, decision="majority")
+
+
+def test_the_page_gate_declines_pages_whose_labels_the_model_doubts(tmp_path):
+    page = extract(ARTICLE, url="https://example.org/rivers", labeler=CpuLabeler(), fallback=None)
+    expected = page.stats["page_confidence"]
+    kept = extract(ARTICLE, labeler=CpuLabeler(min_page_confidence=expected - 0.01), fallback="trafilatura")
+    assert kept.extractor == "dripper:cpu" and kept.markdown == page.markdown
+    gate = round((expected + 1.0) / 2, 4)
+    declined = extract(ARTICLE, labeler=CpuLabeler(min_page_confidence=gate), fallback="trafilatura")
+    assert declined.extractor == "trafilatura"
+    assert (
+        declined.fallback_reason == f"label_failed: low confidence: expected F1 {expected:.2f} below {gate:g}"
+    )
+    # The gate is a model setting too: saved, loaded, overridable; files without it have none.
+    path = _tiny_model(min_page_confidence=0.9)[0].save(tmp_path / "m.json")
+    assert load_model(path).min_page_confidence == 0.9
+    assert CpuLabeler(model=path).min_page_confidence == 0.9
+    assert CpuLabeler(model=path, min_page_confidence=0).min_page_confidence == 0.0
+    data = json.loads(path.read_text())
+    del data["min_page_confidence"]
+    (tmp_path / "old.json").write_text(json.dumps(data))
+    assert load_model(tmp_path / "old.json").min_page_confidence == 0.0
+    data["min_page_confidence"] = 1.5
+    (tmp_path / "bad.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="min_page_confidence 1.5"):
+        load_model(tmp_path / "bad.json")
+    with pytest.raises(ValueError, match="min_page_confidence -0.1"):
+        CpuLabeler(min_page_confidence=-0.1)

@@ -77,6 +77,7 @@ def test_train_labeler_command_writes_a_model_that_loads(tmp_path):
                 "train-labeler", "--data", str(SAMPLE), "--output", str(to), "--folds", "3", "--limit", "14",
                 "--rounds", "8", "--bags", "2", "--workers", "1", "--threads", "1", "--report", str(report),
                 "--quiet", "--threshold", "0.45", "--min-confidence", "0.6", "--decision", "expected_f1",
+                "--min-page-confidence", "0.3",
             ]
         )  # fmt: skip
         assert args.handler(args) == 0
@@ -89,6 +90,7 @@ def test_train_labeler_command_writes_a_model_that_loads(tmp_path):
     assert model.metadata["params"]["rounds"] == 8 and model.metadata["params"]["bags"] == 2
     assert model.stage1.n_trees == model.stage2.n_trees == 2 * 8  # two bags' trees, averaged
     assert (model.threshold, model.min_confidence, model.decision) == (0.45, 0.6, "expected_f1")
+    assert model.min_page_confidence == 0.3 and model.metadata["params"]["min_page_confidence"] == 0.3
     assert "cross_validation" in json.loads(report.read_text())
     labeler = CpuLabeler(model=output, min_confidence=0)
     html = (
@@ -111,6 +113,8 @@ def test_train_labeler_command_rejects_bad_input(tmp_path):
     assert args.handler(args) == 2
     args = parser.parse_args(["train-labeler", "--data", str(SAMPLE), "--output", "x", "--decision", "vote"])
     assert args.handler(args) == 2
+    bad_gate = ["train-labeler", "--data", str(SAMPLE), "--output", "x", "--min-page-confidence", "1"]
+    assert parser.parse_args(bad_gate).handler(parser.parse_args(bad_gate)) == 2
 
 
 def test_page_multipliers_balance_groups():
