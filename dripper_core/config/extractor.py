@@ -244,8 +244,8 @@ def load_extractor_file(path: str | Path) -> list[ExtractorSpec]:
 
 
 def check_labeler_options(specs: Sequence[ExtractorSpec]) -> None:
-    """Check each spec's labeler exists and takes its option names (imports the labeler registry only;
-    no engine is started)."""
+    """Check each spec's labeler exists, takes its option names and accepts their values (the labeler's
+    ``check_options``; imports the labeler registry only: no model is loaded, no engine started)."""
     import inspect
 
     from dripper_core.labelers.base import _REGISTRY, _load_builtin_labelers
@@ -263,16 +263,21 @@ def check_labeler_options(specs: Sequence[ExtractorSpec]) -> None:
                 f"(known: {', '.join(sorted(_REGISTRY))}){hint}"
             )
         parameters = inspect.signature(factory).parameters
-        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
-            continue
-        for option in spec.options:
-            if option not in parameters:
-                close = difflib.get_close_matches(option, parameters, n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else ""
-                raise ExtractorSpecError(
-                    f"extractor {spec.name!r}: options.{option}: the {spec.labeler} labeler takes no option "
-                    f"{option!r} (it takes {', '.join(parameters)}){hint}"
-                )
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+            for option in spec.options:
+                if option not in parameters:
+                    close = difflib.get_close_matches(option, parameters, n=1)
+                    hint = f"; did you mean {close[0]!r}?" if close else ""
+                    raise ExtractorSpecError(
+                        f"extractor {spec.name!r}: options.{option}: the {spec.labeler} labeler takes no "
+                        f"option {option!r} (it takes {', '.join(parameters)}){hint}"
+                    )
+        check_values = getattr(factory, "check_options", None)
+        if check_values is not None:
+            try:
+                check_values(dict(spec.options))
+            except (TypeError, ValueError) as error:
+                raise ExtractorSpecError(f"extractor {spec.name!r}: options: {error}") from None
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")

@@ -12,8 +12,9 @@ import inspect
 import time
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from dripper_core.types import Page, SimplifiedPage
 
@@ -99,6 +100,11 @@ class BlockLabeler(ABC):
 
     def __init__(self) -> None:
         self.stats = LabelerStats()
+
+    @classmethod  # noqa: B027 - an optional hook: most labelers accept whatever their constructor does
+    def check_options(cls, options: Mapping[str, Any]) -> None:
+        """Raise ``ValueError`` for option values the labeler would refuse, without building it (no model
+        loaded, no engine started): run specs are checked before any shard runs. Names are checked apart."""
 
     @abstractmethod
     def label_batch(self, requests: Sequence[LabelRequest]) -> list[Labels]:

@@ -24,6 +24,7 @@ __all__ = [
     "RELATIVE_THRESHOLD",
     "check_decision",
     "check_gate",
+    "check_threshold",
     "expected_f1",
     "expected_f1_main",
     "finish_labels",
@@ -47,6 +48,14 @@ def check_gate(name: str, value: float) -> float:
     value = float(value)
     if not 0.0 <= value < 1.0:
         raise ValueError(f"{name} {value}: need a probability in [0, 1)")
+    return value
+
+
+def check_threshold(value: float) -> float:
+    """``value`` as a float when it is a decision threshold in (0, 1); a ``ValueError`` otherwise."""
+    value = float(value)
+    if not 0.0 < value < 1.0:
+        raise ValueError(f"threshold {value}: need a probability in (0, 1)")
     return value
 
 

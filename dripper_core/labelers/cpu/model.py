@@ -20,7 +20,7 @@ from __future__ import annotations
 import gzip
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
@@ -30,7 +30,13 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from dripper_core.labelers.base import BlockLabeler, LabelRequest, Labels, register_labeler
-from dripper_core.labelers.cpu.decision import check_decision, check_gate, expected_f1, finish_labels
+from dripper_core.labelers.cpu.decision import (
+    check_decision,
+    check_gate,
+    check_threshold,
+    expected_f1,
+    finish_labels,
+)
 from dripper_core.labelers.cpu.features import (
     CONTEXT_FEATURE_NAMES,
     FEATURE_NAMES,
@@ -315,11 +321,9 @@ class CpuModel:
         if data.get("stage2") is not None:
             stage2 = TreeEnsemble.from_dict(data["stage2"])
             stage2.validate(len(FEATURE_NAMES) + len(CONTEXT_FEATURE_NAMES))
-        threshold = float(data.get("threshold", 0.5))
-        if not 0.0 < threshold < 1.0:
-            raise ValueError(f"{where}: threshold {threshold} is not a probability")
         # Files written before the rule and the page gate were named used the threshold and no page gate.
         try:
+            threshold = check_threshold(data.get("threshold", 0.5))
             min_confidence = check_gate("min_confidence", data.get("min_confidence", 0.0))
             min_page_confidence = check_gate("min_page_confidence", data.get("min_page_confidence", 0.0))
             decision = check_decision(str(data.get("decision", "threshold")))
@@ -421,9 +425,7 @@ class CpuLabeler(BlockLabeler):
         else:
             path = Path(model) if model is not None else default_model_path()
             self.model = _cached_model(str(path.resolve()))
-        self.threshold = self.model.threshold if threshold is None else float(threshold)
-        if not 0.0 < self.threshold < 1.0:
-            raise ValueError(f"threshold {self.threshold} must be between 0 and 1")
+        self.threshold = check_threshold(self.model.threshold if threshold is None else threshold)
         self.min_confidence = check_gate(
             "min_confidence", self.model.min_confidence if min_confidence is None else min_confidence
         )
@@ -435,6 +437,17 @@ class CpuLabeler(BlockLabeler):
             decision = "threshold" if threshold is not None else self.model.decision
         self.decision = check_decision(str(decision))
         self.seconds = {"features": 0.0, "trees": 0.0}
+
+    @classmethod
+    def check_options(cls, options: Mapping[str, Any]) -> None:
+        # The model path is not checked here: on a cluster it may exist on the workers only.
+        if options.get("threshold") is not None:
+            check_threshold(options["threshold"])
+        for gate in ("min_confidence", "min_page_confidence"):
+            if options.get(gate) is not None:
+                check_gate(gate, options[gate])
+        if options.get("decision") is not None:
+            check_decision(str(options["decision"]))
 
     def label_batch(self, requests: Sequence[LabelRequest]) -> list[Labels]:
         results: list[Labels | None] = [None] * len(requests)

@@ -87,6 +87,21 @@ def test_option_names_are_checked_against_the_labeler():
     )
 
 
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("c=cpu,decision=vote", r"extractor 'c': options: decision 'vote': choose one of"),
+        ("c=cpu,min_page_confidence=1.5", r"extractor 'c': options: min_page_confidence 1.5: need"),
+        ("c=cpu,threshold=0", r"extractor 'c': options: threshold 0.0: need a probability in \(0, 1\)"),
+    ],
+)
+def test_option_values_are_checked_before_any_shard_runs(value, message):
+    with pytest.raises(ExtractorSpecError, match=message):
+        check_labeler_options(parse_extractors([value]))
+    # A model path is left to the workers (it may exist there only).
+    check_labeler_options(parse_extractors(["c=cpu,model=/on/the/workers.json.gz,min_page_confidence=0.9"]))
+
+
 def test_names_are_unique_in_a_run():
     with pytest.raises(ExtractorSpecError, match=r"extractor 'cpu': name used twice"):
         parse_extractors(["cpu", "cpu=cpu,threshold=0.6"])
