@@ -24,6 +24,7 @@ __all__ = [
     "RELATIVE_THRESHOLD",
     "check_decision",
     "check_gate",
+    "check_settings",
     "check_threshold",
     "expected_f1",
     "expected_f1_main",
@@ -57,6 +58,23 @@ def check_threshold(value: float) -> float:
     if not 0.0 < value < 1.0:
         raise ValueError(f"threshold {value}: need a probability in (0, 1)")
     return value
+
+
+def check_settings(
+    threshold: float | None = None,
+    min_confidence: float | None = None,
+    min_page_confidence: float | None = None,
+    decision: str | None = None,
+) -> None:
+    """A ``ValueError`` for the first of the decision settings given (not ``None``) that is out of range:
+    the one check behind the model file, the labeler, its run-spec options and the training parameters."""
+    if threshold is not None:
+        check_threshold(threshold)
+    for name, gate in (("min_confidence", min_confidence), ("min_page_confidence", min_page_confidence)):
+        if gate is not None:
+            check_gate(name, gate)
+    if decision is not None:
+        check_decision(str(decision))
 
 
 def expected_f1_main(probabilities: np.ndarray, chars: np.ndarray) -> np.ndarray:

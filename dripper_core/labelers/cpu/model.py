@@ -30,13 +30,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from dripper_core.labelers.base import BlockLabeler, LabelRequest, Labels, register_labeler
-from dripper_core.labelers.cpu.decision import (
-    check_decision,
-    check_gate,
-    check_threshold,
-    expected_f1,
-    finish_labels,
-)
+from dripper_core.labelers.cpu.decision import check_settings, expected_f1, finish_labels
 from dripper_core.labelers.cpu.features import (
     CONTEXT_FEATURE_NAMES,
     FEATURE_NAMES,
@@ -323,21 +317,16 @@ class CpuModel:
             stage2.validate(len(FEATURE_NAMES) + len(CONTEXT_FEATURE_NAMES))
         # Files written before the rule and the page gate were named used the threshold and no page gate.
         try:
-            threshold = check_threshold(data.get("threshold", 0.5))
-            min_confidence = check_gate("min_confidence", data.get("min_confidence", 0.0))
-            min_page_confidence = check_gate("min_page_confidence", data.get("min_page_confidence", 0.0))
-            decision = check_decision(str(data.get("decision", "threshold")))
+            settings = {
+                "threshold": float(data.get("threshold", 0.5)),
+                "min_confidence": float(data.get("min_confidence", 0.0)),
+                "min_page_confidence": float(data.get("min_page_confidence", 0.0)),
+                "decision": str(data.get("decision", "threshold")),
+            }
+            check_settings(**settings)
         except ValueError as error:
             raise ValueError(f"{where}: {error}") from None
-        return cls(
-            stage1,
-            stage2,
-            threshold,
-            min_confidence,
-            dict(data.get("metadata") or {}),
-            decision,
-            min_page_confidence,
-        )
+        return cls(stage1, stage2, metadata=dict(data.get("metadata") or {}), **settings)
 
     def save(self, path: str | Path) -> Path:
         """Write the model as JSON (gzip-compressed when ``path`` ends in ``.gz``)."""
@@ -425,29 +414,26 @@ class CpuLabeler(BlockLabeler):
         else:
             path = Path(model) if model is not None else default_model_path()
             self.model = _cached_model(str(path.resolve()))
-        self.threshold = check_threshold(self.model.threshold if threshold is None else threshold)
-        self.min_confidence = check_gate(
-            "min_confidence", self.model.min_confidence if min_confidence is None else min_confidence
-        )
-        self.min_page_confidence = check_gate(
-            "min_page_confidence",
-            self.model.min_page_confidence if min_page_confidence is None else min_page_confidence,
+        self.threshold = float(self.model.threshold if threshold is None else threshold)
+        self.min_confidence = float(self.model.min_confidence if min_confidence is None else min_confidence)
+        self.min_page_confidence = float(
+            self.model.min_page_confidence if min_page_confidence is None else min_page_confidence
         )
         if decision is None:
             decision = "threshold" if threshold is not None else self.model.decision
-        self.decision = check_decision(str(decision))
+        self.decision = str(decision)
+        check_settings(self.threshold, self.min_confidence, self.min_page_confidence, self.decision)
         self.seconds = {"features": 0.0, "trees": 0.0}
 
     @classmethod
     def check_options(cls, options: Mapping[str, Any]) -> None:
         # The model path is not checked here: on a cluster it may exist on the workers only.
-        if options.get("threshold") is not None:
-            check_threshold(options["threshold"])
-        for gate in ("min_confidence", "min_page_confidence"):
-            if options.get(gate) is not None:
-                check_gate(gate, options[gate])
-        if options.get("decision") is not None:
-            check_decision(str(options["decision"]))
+        check_settings(
+            options.get("threshold"),
+            options.get("min_confidence"),
+            options.get("min_page_confidence"),
+            options.get("decision"),
+        )
 
     def label_batch(self, requests: Sequence[LabelRequest]) -> list[Labels]:
         results: list[Labels | None] = [None] * len(requests)

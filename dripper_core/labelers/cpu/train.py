@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from dripper_core.labelers.cpu.decision import check_decision, check_gate, check_threshold
+from dripper_core.labelers.cpu.decision import check_settings
 from dripper_core.labelers.cpu.features import PageFeatures, context_features, page_features
 from dripper_core.labelers.cpu.model import CpuModel, TreeEnsemble
 from dripper_core.labelers.oracle import align_blocks
@@ -350,10 +350,7 @@ class TrainParams:
             raise ValueError(
                 f"bags {self.bags}, bag_sites {self.bag_sites}: need bags >= 1, bag_sites in (0, 1]"
             )
-        check_threshold(self.threshold)
-        check_gate("min_confidence", self.min_confidence)
-        check_gate("min_page_confidence", self.min_page_confidence)
-        check_decision(self.decision)
+        check_settings(**self.decision_settings())
 
     def decision_settings(self) -> dict:
         """The model's decision fields (:class:`CpuModel` keyword arguments)."""
