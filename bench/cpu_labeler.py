@@ -83,7 +83,7 @@ def _default_data() -> list[Path]:
 
 def _records(paths: Sequence[Path], limit: int | None) -> list[dict]:
     """The records of the data files, at most ``limit`` per file."""
-    from dripper_core.labelers.cpu.train import iter_records
+    from dripper_core.labelers.cpu.training_set import iter_records
 
     return [record for path in paths for record in itertools.islice(iter_records(path), limit)]
 
@@ -205,7 +205,7 @@ def run_speed(args: argparse.Namespace) -> int:
     from trafilatura import extract as trafilatura_extract
 
     from dripper_core.labelers.cpu.model import CpuLabeler
-    from dripper_core.labelers.cpu.train import iter_records
+    from dripper_core.labelers.cpu.training_set import iter_records
     from dripper_core.pipeline import ExtractOptions, Extractor
 
     groups = {}
@@ -310,7 +310,7 @@ def reference_outputs(records, model: str | None = None):
 
 def run_reference(args: argparse.Namespace) -> int:
     """Write this code's reference outputs (``--write``), or compare them with a file (``--check``)."""
-    from dripper_core.labelers.cpu.train import iter_records
+    from dripper_core.labelers.cpu.training_set import iter_records
 
     records = (record for path in args.data for record in itertools.islice(iter_records(path), args.limit))
     outputs = reference_outputs(records, args.model)
@@ -374,7 +374,7 @@ def run_memory(args: argparse.Namespace) -> int:
     """Peak RSS of one worker process extracting the largest page of ``--data`` (and a synthetic one)."""
     import multiprocessing
 
-    from dripper_core.labelers.cpu.train import iter_records
+    from dripper_core.labelers.cpu.training_set import iter_records
 
     largest = max(
         (record for path in args.data for record in iter_records(path) if record.get("html")),
@@ -417,7 +417,7 @@ def _init_worker(cv, fold_by_key: dict[str, int], baselines: Sequence[str], opti
 
 
 def _fold_key(by: str, record: dict) -> str:
-    from dripper_core.labelers.cpu.train import site_of
+    from dripper_core.labelers.cpu.training_set import site_of
 
     if by == "page":
         return f"{record.get('source') or 'unknown'}:{record.get('id')}"
@@ -524,13 +524,9 @@ _PREVIOUS_ROW = "previous model"  # the out-of-fold row of an earlier run (compa
 
 
 def run_quality(args: argparse.Namespace) -> int:
-    from dripper_core.labelers.cpu.train import (
-        TrainParams,
-        build_training_set,
-        cross_validate,
-        format_scores,
-        score_report,
-    )
+    from dripper_core.labelers.cpu.fit import TrainParams
+    from dripper_core.labelers.cpu.train import cross_validate, format_scores, score_report
+    from dripper_core.labelers.cpu.training_set import build_training_set
     from eval.datasets import read_pages
     from eval.extraction import ALL_GROUP, GroupStats, _page_record, _row_summary, format_report
     from eval.paired import format_leads

@@ -108,7 +108,9 @@ def add_train_labeler_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run_train_labeler(args: argparse.Namespace) -> int:
-    from dripper_core.labelers.cpu.train import TrainParams, iter_records, train_labeler
+    from dripper_core.labelers.cpu.fit import TrainParams
+    from dripper_core.labelers.cpu.train import train_labeler
+    from dripper_core.labelers.cpu.training_set import iter_records
 
     if args.folds < 3:
         print(f"error: --folds {args.folds}: need at least 3", file=sys.stderr)

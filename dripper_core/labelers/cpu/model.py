@@ -8,7 +8,7 @@ page to the fallback instead: no block sure enough (``min_confidence``), or labe
 the model's own probabilities is too low (``min_page_confidence``).
 
 The ensembles are trained with LightGBM (or scikit-learn's ``HistGradientBoostingClassifier``;
-``train.py``) and exported as plain arrays (split feature, threshold, children, leaf values) into a
+``fit.py``) and exported as plain arrays (split feature, threshold, children, leaf values) into a
 gzip-compressed JSON file: no pickle (nothing executes on load), no learning library at run time, and the
 file records its format version, the package version, the training data and the cross-validated scores.
 :meth:`TreeEnsemble.decision_function` walks all trees of a chunk of rows at once (one numpy step per tree

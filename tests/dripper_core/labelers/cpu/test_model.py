@@ -10,6 +10,10 @@ import pytest
 
 from dripper_core.labelers import available_labelers, build_labeler
 from dripper_core.labelers.cpu.features import CONTEXT_FEATURE_NAMES, FEATURE_NAMES
+from dripper_core.labelers.cpu.fit import (
+    TrainParams,
+    fit_ensemble,
+)
 from dripper_core.labelers.cpu.model import (
     CpuLabeler,
     CpuModel,
@@ -17,14 +21,8 @@ from dripper_core.labelers.cpu.model import (
     default_model_path,
     load_model,
 )
-from dripper_core.labelers.cpu.train import (
-    TrainParams,
-    average_ensembles,
-    ensemble_from_sklearn,
-    fit_ensemble,
-    fit_lightgbm,
-)
 from dripper_core.pipeline import extract
+from tests.dripper_core.labelers.cpu import toy_data
 
 ARTICLE = (
     "<html><head><title>Rivers of the north</title></head><body>"
@@ -38,46 +36,8 @@ ARTICLE = (
 )
 
 
-def _data(n: int = 600, width: int = 6, seed: int = 0):
-    rng = np.random.default_rng(seed)
-    x = rng.random((n, width)).astype(np.float32)
-    y = (x[:, 0] + x[:, 1] * x[:, 2] > 0.8).astype(bool)
-    return x, y, np.ones(n)
-
-
-def test_sklearn_export_matches_decision_function():
-    from sklearn.ensemble import HistGradientBoostingClassifier
-
-    x, y, _ = _data()
-    classifier = HistGradientBoostingClassifier(max_iter=15, max_leaf_nodes=15, random_state=0).fit(x, y)
-    ensemble = ensemble_from_sklearn(classifier)
-    assert np.allclose(ensemble.decision_function(x), classifier.decision_function(x), atol=1e-9)
-
-
-def test_lightgbm_export_matches_raw_scores():
-    pytest.importorskip("lightgbm")
-    x, y, w = _data()
-    params = TrainParams(rounds=12, num_leaves=7, min_data_in_leaf=5, threads=1, backend="lightgbm")
-    ensemble = fit_ensemble(x, y, w, params, seed=0)
-    booster = fit_lightgbm(x, y, w, params, seed=0)
-    assert np.allclose(ensemble.decision_function(x), booster.predict(x, raw_score=True), atol=1e-9)
-
-
-def test_averaged_ensembles_score_the_mean_of_their_members():
-    x, y, w = _data()
-    members = [
-        fit_ensemble(x[part], y[part], w[part], TrainParams(rounds=4 + seed, backend="sklearn"), seed=seed)
-        for seed, part in enumerate((slice(0, 400), slice(200, 600), slice(100, 500)))
-    ]
-    averaged = average_ensembles(members)
-    assert averaged.n_trees == sum(member.n_trees for member in members)
-    expected = np.mean([member.decision_function(x) for member in members], axis=0)
-    assert np.allclose(averaged.decision_function(x), expected, atol=1e-9)
-    averaged.validate(x.shape[1])
-
-
 def test_ensemble_round_trip_and_validation():
-    x, y, w = _data()
+    x, y, w = toy_data()
     ensemble = fit_ensemble(x, y, w, TrainParams(rounds=5, backend="sklearn"), seed=0)
     again = TreeEnsemble.from_dict(json.loads(json.dumps(ensemble.to_dict())))
     assert np.array_equal(again.decision_function(x), ensemble.decision_function(x))

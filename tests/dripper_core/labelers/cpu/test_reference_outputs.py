@@ -21,7 +21,7 @@ import pytest
 
 from dripper_core.labelers.cpu.model import TreeEnsemble
 from dripper_core.labelers.cpu.text_stats import class_counts
-from dripper_core.labelers.cpu.train import iter_records
+from dripper_core.labelers.cpu.training_set import iter_records
 
 REPO = Path(__file__).resolve().parents[4]
 SAMPLE = REPO / "data" / "sample" / "pages.jsonl.gz"
@@ -110,7 +110,7 @@ def _walk_one(ensemble: TreeEnsemble, row: np.ndarray) -> float:
 
 
 def test_tree_walk_matches_the_plain_definition_across_chunks():
-    from dripper_core.labelers.cpu.train import TrainParams, fit_ensemble
+    from dripper_core.labelers.cpu.fit import TrainParams, fit_ensemble
 
     rng = np.random.default_rng(3)
     x = rng.random((700, 5)).astype(np.float32)

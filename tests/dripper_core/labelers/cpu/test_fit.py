@@ -1,0 +1,59 @@
+"""Fitting one stage: tree exports score as the learners do, bags average, page weights balance groups."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dripper_core.labelers.cpu.fit import (
+    TrainParams,
+    average_ensembles,
+    ensemble_from_sklearn,
+    fit_ensemble,
+    fit_lightgbm,
+    page_multipliers,
+)
+from tests.dripper_core.labelers.cpu import fake_page, toy_data
+
+
+def test_sklearn_export_matches_decision_function():
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    x, y, _ = toy_data()
+    classifier = HistGradientBoostingClassifier(max_iter=15, max_leaf_nodes=15, random_state=0).fit(x, y)
+    ensemble = ensemble_from_sklearn(classifier)
+    assert np.allclose(ensemble.decision_function(x), classifier.decision_function(x), atol=1e-9)
+
+
+def test_lightgbm_export_matches_raw_scores():
+    pytest.importorskip("lightgbm")
+    x, y, w = toy_data()
+    params = TrainParams(rounds=12, num_leaves=7, min_data_in_leaf=5, threads=1, backend="lightgbm")
+    ensemble = fit_ensemble(x, y, w, params, seed=0)
+    booster = fit_lightgbm(x, y, w, params, seed=0)
+    assert np.allclose(ensemble.decision_function(x), booster.predict(x, raw_score=True), atol=1e-9)
+
+
+def test_averaged_ensembles_score_the_mean_of_their_members():
+    x, y, w = toy_data()
+    members = [
+        fit_ensemble(x[part], y[part], w[part], TrainParams(rounds=4 + seed, backend="sklearn"), seed=seed)
+        for seed, part in enumerate((slice(0, 400), slice(200, 600), slice(100, 500)))
+    ]
+    averaged = average_ensembles(members)
+    assert averaged.n_trees == sum(member.n_trees for member in members)
+    expected = np.mean([member.decision_function(x) for member in members], axis=0)
+    assert np.allclose(averaged.decision_function(x), expected, atol=1e-9)
+    averaged.validate(x.shape[1])
+
+
+def test_page_multipliers_balance_groups():
+    pages = [fake_page(f"a{i}", "big", f"s{i}", 3) for i in range(16)] + [fake_page("b", "small", "t", 3)]
+    pages[0].page_type = "forum"  # its own group: source and page type
+    indexes = list(range(len(pages)))
+    weights = page_multipliers(pages, indexes, 0.5)
+    assert weights.mean() == pytest.approx(1.0)
+    # 15 pages of "big", one "big:forum", one "small": a page weighs 1/sqrt(its group's size)
+    assert weights[1] / weights[16] == pytest.approx(1 / np.sqrt(15))
+    assert weights[0] == pytest.approx(weights[16])
+    assert np.allclose(page_multipliers(pages, indexes, 0.0), 1.0)
