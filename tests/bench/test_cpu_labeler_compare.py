@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
+from tests.bench import load_bench
+
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _bench():
-    spec = importlib.util.spec_from_file_location("cpu_labeler_bench", REPO / "bench" / "cpu_labeler.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _write(path: Path, rows: dict[str, list[float]]) -> Path:
@@ -27,7 +21,7 @@ def _write(path: Path, rows: dict[str, list[float]]) -> Path:
 
 
 def test_compare_prints_leads_over_baselines_and_the_previous_model(tmp_path, capsys):
-    bench = _bench()
+    bench = load_bench("cpu_labeler")
     current = _write(
         tmp_path / "new.jsonl",
         {
@@ -50,7 +44,7 @@ def test_compare_prints_leads_over_baselines_and_the_previous_model(tmp_path, ca
 
 
 def test_gate_table_compares_declined_pages_with_the_models_own_labels():
-    bench = _bench()
+    bench = load_bench("cpu_labeler")
     declined = {"fallback_reason": "label_failed: low confidence: no block above 0.85 (best 0.6)"}
     records = []
     for index in range(4):
@@ -76,7 +70,7 @@ def test_gate_table_compares_declined_pages_with_the_models_own_labels():
 
 
 def test_gate_table_replays_other_gates_from_each_pages_best_confidence():
-    bench = _bench()
+    bench = load_bench("cpu_labeler")
     records = []
     # p0: declined at best 0.8 (the model's labels 0.5); p1: kept at best 0.9 (trafilatura 0.6 on it).
     pages = {

@@ -2,25 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
+
+from tests.bench import load_bench
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "data" / "sample" / "pages.jsonl.gz"
 
 
-def _bench():
-    spec = importlib.util.spec_from_file_location(
-        "cpu_labeler_bench_speed", REPO / "bench" / "cpu_labeler.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_speed_reports_steps_and_a_parse_floor_inside_simplify(capsys):
-    assert _bench().main(["speed", "--data", str(SAMPLE), "--limit", "6", "--chunk", "3"]) == 0
+    assert (
+        load_bench("cpu_labeler").main(["speed", "--data", str(SAMPLE), "--limit", "6", "--chunk", "3"]) == 0
+    )
     out = capsys.readouterr().out
     simplify = float(re.search(r"steps, ms/page \(CPU\): simplify ([\d.]+)", out).group(1))
     floor, ceiling = re.search(

@@ -9,13 +9,13 @@ wrote. (The two steps left out run the same scripts with another ``--arch`` or m
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.bench import load_bench
 from tests.conftest import SAMPLE_PAGES
 
 REPO = Path(__file__).resolve().parents[2]
@@ -24,18 +24,9 @@ TOKENIZER = REPO / ".cache" / "models" / "qwen-tokenizer"
 pytestmark = pytest.mark.slow
 
 
-def _load(name: str):
-    """A ``bench/`` script as a module (registered, as dataclasses need)."""
-    spec = importlib.util.spec_from_file_location(f"{name}_bench", REPO / "bench" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def suite():
-    return _load("gpu_suite")
+    return load_bench("gpu_suite")
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +35,7 @@ def calls_file(tmp_path_factory) -> Path:
     if not (TOKENIZER / "tokenizer.json").exists():
         pytest.skip(f"{TOKENIZER} is missing: build it with `python scripts/make_tiny_models.py`")
     path = tmp_path_factory.mktemp("calls") / "calls.json.gz"
-    _load("lm_engine").prepare(SAMPLE_PAGES, 4096, path, limit=2)
+    load_bench("lm_engine").prepare(SAMPLE_PAGES, 4096, path, limit=2)
     return path
 
 

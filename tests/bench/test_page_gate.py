@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from dripper_core.labelers.cpu.features import FEATURE_NAMES, PageFeatures
+from tests.bench import load_bench
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _bench():
-    spec = importlib.util.spec_from_file_location("page_gate_bench", REPO / "bench" / "page_gate.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _features(chars: list[int]) -> PageFeatures:
@@ -30,7 +23,7 @@ def _features(chars: list[int]) -> PageFeatures:
 
 
 def test_summaries_of_a_confident_page_and_a_doubtful_one():
-    bench = _bench()
+    bench = load_bench("page_gate")
     names = bench.SUMMARY_NAMES
     sure = dict(
         zip(
