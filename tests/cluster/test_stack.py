@@ -40,6 +40,7 @@ from tests.dags import SAMPLE
 from tests.dags.conftest import SMALL_BUILD, AirflowServer
 
 RUN_SECONDS = 900
+STUCK_SCHEDULER_SECONDS = 90  # a scheduler unhealthy this long after the restart is stuck, not starting
 #: The tiny CPU run of tests/pretrain/test_parallel_cpu.py: 2 data-parallel ranks, gloo.
 TINY_TRAINING = [
     "--micro-batch-size", "2", "--global-batch-size", "8", "--lr", "5e-3", "--min-lr", "5e-4",
@@ -136,6 +137,8 @@ def wait_for_run(server: AirflowServer, run_id: str, restarted: dict, dag_id: st
             restarted["http_5xx"] = restarted.get("http_5xx", 0) + 1
         except urllib.error.URLError:
             restarted["refused"] = restarted.get("refused", 0) + 1
+        if restarted.get("pid"):
+            _kill_a_stuck_scheduler(server, restarted)
         for name in airflow_demo.SERVERS:
             if airflow_demo.running_pid(airflow_demo.pid_dir(server.env) / f"{name}.pid") is None:
                 restarted.setdefault("servers_restarted", []).append(name)
@@ -145,6 +148,38 @@ def wait_for_run(server: AirflowServer, run_id: str, restarted: dict, dag_id: st
         if time.monotonic() > deadline:
             raise TimeoutError(f"run {run_id} not finished after {RUN_SECONDS} s")
         time.sleep(3)
+
+
+def _kill_a_stuck_scheduler(server: AirflowServer, restarted: dict) -> None:
+    """Kill the scheduler (and its executor's workers) when it has been unhealthy for
+    ``STUCK_SCHEDULER_SECONDS`` after the database restart, as a supervisor's health check would: under
+    load the scheduler can hang alive in its own shutdown, waiting on a LocalExecutor worker that never
+    exits, and a supervisor that restarts only dead servers would wait for it forever."""
+    import psutil
+
+    try:
+        health = server.api.call("GET", "/api/v2/monitor/health", timeout=5) or {}
+    except (urllib.error.URLError, OSError, ValueError):
+        return  # the API server itself is down: restarted as a dead server
+    pid = airflow_demo.running_pid(airflow_demo.pid_dir(server.env) / "scheduler.pid")
+    if pid is None or (health.get("scheduler") or {}).get("status") == "healthy":
+        restarted.pop("scheduler_unhealthy", None)
+        return
+    # Timed per process: a scheduler just started again gets its own STUCK_SCHEDULER_SECONDS.
+    watched, since = restarted.setdefault("scheduler_unhealthy", (pid, time.monotonic()))
+    if watched != pid:
+        restarted["scheduler_unhealthy"] = (pid, time.monotonic())
+        return
+    if time.monotonic() - since < STUCK_SCHEDULER_SECONDS:
+        return
+    try:
+        process = psutil.Process(pid)
+        for member in [*process.children(recursive=True), process]:
+            member.kill()
+    except psutil.NoSuchProcess:
+        pass
+    restarted["scheduler_killed"] = restarted.get("scheduler_killed", 0) + 1
+    restarted.pop("scheduler_unhealthy", None)
 
 
 def _dripper(capsys, *argv: str) -> dict:
@@ -242,6 +277,7 @@ def test_corpus_build_on_the_stack_equals_the_embedded_defaults(stack, postgres_
         f"corpus_build on the stack: {seconds:.0f} s, {len(ours)} documents, {tokens['token_count']} tokens; "
         f"{len(refine['slurm_jobs'])} refine jobs on Slurm; database restarted after {restarted['after_tasks']} "
         f"task(s), servers started again: {sorted(set(restarted.get('servers_restarted', [])))}, "
+        f"stuck schedulers killed: {restarted.get('scheduler_killed', 0)}, "
         f"REST 5xx answers retried: {restarted.get('http_5xx', 0)}"
     )
 
@@ -308,3 +344,47 @@ def test_ablation_trains_and_scores_on_slurm(stack):
     report = airflow_demo.published(server.api, run_id, "extractor_ablation", "ablation_report")
     assert Path(report["html"]).exists(), report
     print(f"extractor_ablation on the stack: {seconds:.0f} s (training log {training_log.name})")
+
+
+def test_a_scheduler_stuck_unhealthy_after_the_restart_is_killed_with_its_workers(tmp_path, monkeypatch):
+    """The supervisor's health check of ``wait_for_run``: a live scheduler that stays unhealthy is killed
+    (it and its executor's workers), then started again as a dead server; a healthy one is left alone."""
+    import sys
+
+    import psutil
+
+    class Health:
+        status = "unhealthy"
+
+        def call(self, method, path, timeout=30):
+            assert (method, path) == ("GET", "/api/v2/monitor/health")
+            return {"scheduler": {"status": self.status}}
+
+    # A stand-in scheduler process: "airflow" in its command line (what running_pid checks), one child.
+    script = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)"
+    scheduler = subprocess.Popen([sys.executable, "-c", script, "airflow-scheduler"])
+    try:
+        deadline = time.monotonic() + 10
+        while not psutil.Process(scheduler.pid).children() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (worker,) = psutil.Process(scheduler.pid).children()
+        env = {"AIRFLOW_HOME": str(tmp_path)}
+        airflow_demo.pid_dir(env).mkdir()
+        (airflow_demo.pid_dir(env) / "scheduler.pid").write_text(str(scheduler.pid))
+        api = Health()
+        server = AirflowServer(env=env, api=api, password="")
+        restarted: dict = {"pid": (1, 2)}
+        monkeypatch.setattr(sys.modules[__name__], "STUCK_SCHEDULER_SECONDS", 0.2)
+        api.status = "healthy"
+        _kill_a_stuck_scheduler(server, restarted)
+        assert scheduler.poll() is None and "scheduler_killed" not in restarted
+        api.status = "unhealthy"
+        _kill_a_stuck_scheduler(server, restarted)  # the first unhealthy answer starts the clock
+        assert scheduler.poll() is None
+        time.sleep(0.3)
+        _kill_a_stuck_scheduler(server, restarted)
+        assert scheduler.wait(timeout=10) != 0 and restarted["scheduler_killed"] == 1
+        worker.wait(timeout=10)  # its worker is gone too (psutil raises TimeoutExpired otherwise)
+        assert airflow_demo.running_pid(airflow_demo.pid_dir(env) / "scheduler.pid") is None
+    finally:
+        scheduler.kill()
