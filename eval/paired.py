@@ -28,7 +28,7 @@ class Lead:
         group: The page set's name.
         row: The extractor compared.
         baseline: The extractor it is compared with.
-        metric: ``rouge_f1``, ``rouge_f1_norm`` or ``snippet_f1``.
+        metric: ``rouge_f1``, ``rouge_f1_norm``, ``snippet_f1`` or another per-page score.
         pages: Pages scored by both on this metric.
         difference: ``row``'s figure minus ``baseline``'s.
         low, high: The 95% interval of the difference over the bootstrap resamples.
@@ -63,6 +63,7 @@ def paired_leads(
     baselines: Sequence[str] | None = None,
     resamples: int = 2000,
     seed: int = 0,
+    metrics: Sequence[str] = METRICS,
 ) -> list[Lead]:
     """Paired bootstrap intervals of ``row``'s lead over every other row.
 
@@ -74,6 +75,8 @@ def paired_leads(
         baselines: The rows to compare with (default: every other row of ``scores``).
         resamples: Bootstrap resamples.
         seed: Seed of the resampling (the same resamples for every baseline and metric).
+        metrics: The per-page scores compared (any key of ``scores``' page dicts; ``snippet_f1`` is the
+            micro F1 of the snippet counts).
 
     Returns:
         One :class:`Lead` per group, baseline and metric with at least one page scored by both.
@@ -83,7 +86,7 @@ def paired_leads(
     for group, ids in groups.items():
         for baseline in baselines if baselines is not None else sorted(set(scores) - {row}):
             mine, theirs = scores[row], scores[baseline]
-            for metric in METRICS:
+            for metric in metrics:
                 if metric == "snippet_f1":
                     keys = ("snip_tp", "snip_fn", "snip_fp")
                     shared = [i for i in ids if keys[0] in mine.get(i, {}) and keys[0] in theirs.get(i, {})]
@@ -109,16 +112,26 @@ def paired_leads(
     return leads
 
 
-def format_leads(leads: Sequence[Lead]) -> str:
-    """A table of the leads; ``*`` marks an interval that excludes zero."""
+def format_leads(leads: Sequence[Lead], places: int = 3, show_row: bool = False) -> str:
+    """A table of the leads; ``*`` marks an interval that excludes zero.
+
+    Args:
+        leads: The leads, in the order printed.
+        places: Decimal places of the differences.
+        show_row: Name the extractor ahead (``ROW over BASELINE``) instead of the baseline alone, for
+            tables comparing several rows.
+    """
+    who = "row over baseline" if show_row else "baseline"
+    width = 40 if show_row else 28
     lines = [
-        "== lead over each baseline: difference [95% paired-bootstrap interval]; * beyond noise ==",
-        f"{'pages':24} {'baseline':28} {'metric':14} {'n':>5}  lead",
+        f"== lead over each {who.split()[-1]}: difference [95% paired-bootstrap interval]; * beyond noise ==",
+        f"{'pages':24} {who:{width}} {'metric':14} {'n':>5}  lead",
     ]
     for lead in leads:
         mark = "*" if lead.beyond_noise else " "
+        name = f"{lead.row} over {lead.baseline}" if show_row else lead.baseline
         lines.append(
-            f"{lead.group:24} {lead.baseline:28} {lead.metric:14} {lead.pages:>5}  "
-            f"{lead.difference:+.3f} [{lead.low:+.3f}, {lead.high:+.3f}] {mark}"
+            f"{lead.group:24} {name:{width}} {lead.metric:14} {lead.pages:>5}  "
+            f"{lead.difference:+.{places}f} [{lead.low:+.{places}f}, {lead.high:+.{places}f}] {mark}"
         )
     return "\n".join(lines)

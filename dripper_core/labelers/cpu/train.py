@@ -90,14 +90,20 @@ def cross_validate(
     seed: int = 0,
     by: str = "site",
     quiet: bool = False,
+    learner_seed: int | None = None,
 ) -> CrossValidation:
     """Grouped K-fold cross-validation of the two-stage model.
+
+    ``seed`` draws the folds and, unless ``learner_seed`` is given, seeds the learner: the same folds under
+    other learner seeds measure how much a figure owes to the training's own randomness (LightGBM's row
+    and feature sampling).
 
     Stage 2 must be trained on stage-1 probabilities of pages the stage-1 model did not see. For outer fold
     ``f`` those come from models trained without ``f`` and the page's own fold ``g``; the model without
     ``{f, g}`` serves both outer folds, so K·(K−1)/2 + K stage-1 fits and K stage-2 fits suffice.
     """
     fold_of = assign_folds(pages, folds, seed, by)
+    seed = seed if learner_seed is None else learner_seed
     k = int(fold_of.max()) + 1
     if params.two_stage and k < 3:
         raise ValueError(f"cross-validating the two-stage model needs at least 3 folds, got {k}")
