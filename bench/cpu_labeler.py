@@ -457,6 +457,7 @@ def _ungated(labeler, pages: list) -> list:
         min_confidence=0.0,
         decision=labeler.decision,
         min_page_confidence=0.0,
+        trafilatura_weight=labeler.trafilatura_weight,
     )
     return Extractor(open_labeler, ExtractOptions(fallback=None)).extract_batch(pages)
 
@@ -803,7 +804,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="CpuLabeler option for the fold models (threshold, min_confidence, min_page_confidence, decision)",
+        help="CpuLabeler option for the fold models (threshold, min_confidence, min_page_confidence, decision, "
+        "trafilatura_weight)",
     )
     quality.add_argument(
         "--train-param",

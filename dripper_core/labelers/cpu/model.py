@@ -21,7 +21,7 @@ import gzip
 import json
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -30,6 +30,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from dripper_core.labelers.base import BlockLabeler, LabelRequest, Labels, register_labeler
+from dripper_core.labelers.cpu.blend import TrafilaturaOpinion, check_weight
 from dripper_core.labelers.cpu.decision import check_settings, expected_f1, finish_labels
 from dripper_core.labelers.cpu.features import (
     CONTEXT_FEATURE_NAMES,
@@ -391,6 +392,9 @@ class CpuLabeler(BlockLabeler):
             page, as on a kind of page it was not trained on. ``0`` turns this gate off.
         decision: Override the model's decision rule: ``threshold`` or ``expected_f1`` (each page's
             selection of blocks that maximises its expected F1; see ``decision.py``).
+        trafilatura_weight: With w > 0, pages that pass the gates are labelled from ``(1 - w) · p + w · t``,
+            ``t`` being Trafilatura's extraction projected onto the blocks (``blend.py``): a second opinion
+            at the cost of a Trafilatura run per page. ``0`` (default): the model alone.
 
     ``Labels.confidence`` holds each block's probability of being main, ``Labels.page_confidence`` the
     expected character F1 of the page's labels under those probabilities (the model's own estimate of
@@ -407,6 +411,7 @@ class CpuLabeler(BlockLabeler):
         min_confidence: float | None = None,
         decision: str | None = None,
         min_page_confidence: float | None = None,
+        trafilatura_weight: float | None = None,
     ) -> None:
         super().__init__()
         if isinstance(model, CpuModel):
@@ -423,6 +428,8 @@ class CpuLabeler(BlockLabeler):
             decision = "threshold" if threshold is not None else self.model.decision
         self.decision = str(decision)
         check_settings(self.threshold, self.min_confidence, self.min_page_confidence, self.decision)
+        self.trafilatura_weight = check_weight(trafilatura_weight)
+        self._opinion = TrafilaturaOpinion(self.trafilatura_weight) if self.trafilatura_weight else None
         self.seconds = {"features": 0.0, "trees": 0.0}
 
     @classmethod
@@ -434,6 +441,7 @@ class CpuLabeler(BlockLabeler):
             options.get("min_page_confidence"),
             options.get("decision"),
         )
+        check_weight(options.get("trafilatura_weight"))
 
     def label_batch(self, requests: Sequence[LabelRequest]) -> list[Labels]:
         results: list[Labels | None] = [None] * len(requests)
@@ -466,4 +474,18 @@ class CpuLabeler(BlockLabeler):
                 )
                 continue
             results[index] = Labels(main=main, confidence=confidence, page_confidence=page_confidence)
+        if self._opinion is not None:
+            self._second_opinion(requests, ready, probabilities, results)
         return [result for result in results if result is not None]
+
+    def _second_opinion(self, requests, ready, probabilities, results: list) -> None:
+        """Relabel the pages that passed the gates from the model's and Trafilatura's blended view."""
+        kept = [
+            (index, features, p)
+            for (index, features), p in zip(ready, probabilities, strict=True)
+            if results[index].main is not None
+        ]
+        blended = self._opinion.blend([requests[index] for index, _, _ in kept], [p for _, _, p in kept])
+        for (index, features, _), q in zip(kept, blended, strict=True):
+            main = finish_labels(q, features.chars, self.threshold, decision=self.decision)
+            results[index] = replace(results[index], main=main)
