@@ -399,7 +399,8 @@ class CpuLabeler(BlockLabeler):
     ``Labels.confidence`` holds each block's probability of being main, ``Labels.page_confidence`` the
     expected character F1 of the page's labels under those probabilities (the model's own estimate of
     how well it did; given on declined pages too, for the labels it would have given). :attr:`seconds`
-    adds up the wall time spent in ``features`` and ``trees`` (both stages) over the labeler's life.
+    adds up the wall time spent in ``features``, ``trees`` (both stages) and ``second_opinion`` (Trafilatura
+    and the blend, with ``trafilatura_weight``) over the labeler's life.
     """
 
     name = "cpu"
@@ -430,7 +431,7 @@ class CpuLabeler(BlockLabeler):
         check_settings(self.threshold, self.min_confidence, self.min_page_confidence, self.decision)
         self.trafilatura_weight = check_weight(trafilatura_weight)
         self._opinion = TrafilaturaOpinion(self.trafilatura_weight) if self.trafilatura_weight else None
-        self.seconds = {"features": 0.0, "trees": 0.0}
+        self.seconds = {"features": 0.0, "trees": 0.0, "second_opinion": 0.0}
 
     @classmethod
     def check_options(cls, options: Mapping[str, Any]) -> None:
@@ -475,7 +476,9 @@ class CpuLabeler(BlockLabeler):
                 continue
             results[index] = Labels(main=main, confidence=confidence, page_confidence=page_confidence)
         if self._opinion is not None:
+            opinion_started = time.perf_counter()
             self._second_opinion(requests, ready, probabilities, results)
+            self.seconds["second_opinion"] += time.perf_counter() - opinion_started
         return [result for result in results if result is not None]
 
     def _second_opinion(self, requests, ready, probabilities, results: list) -> None:

@@ -67,7 +67,9 @@ def test_no_opinion_leaves_the_model_alone(monkeypatch):
 def test_the_labeler_blends_only_what_passes_its_gates():
     requests = _requests(20)
     alone = CpuLabeler().label_batch(requests)
-    blended = CpuLabeler(trafilatura_weight=0.3).label_batch(requests)
+    labeler = CpuLabeler(trafilatura_weight=0.3)
+    blended = labeler.label_batch(requests)
+    assert labeler.seconds["second_opinion"] > 0
     # The gates read the model's own probabilities: the same pages are declined, with the same figures.
     assert [a.failure for a in alone] == [b.failure for b in blended]
     assert [a.confidence for a in alone] == [b.confidence for b in blended]
