@@ -97,22 +97,16 @@ def load_training(data: Sequence[Path], cache: Path | None, workers: int, limit:
     return training, files_of
 
 
-def block_f1(chars: np.ndarray, labels: np.ndarray, selected: np.ndarray) -> float:
-    """Character F1 of the ``selected`` blocks against the ``labels`` (1.0 when both are empty)."""
-    chars = chars.astype(np.float64)
-    denominator = float(chars[selected].sum() + chars[labels].sum())
-    return 2.0 * float(chars[selected & labels].sum()) / denominator if denominator else 1.0
-
-
 def page_scores(pages, probabilities, params) -> list[float]:
-    """Each page's block F1 under the decision rule of ``params`` (a :class:`TrainParams`)."""
+    """Each page's block F1 (``train.page_scores``) under the decision rule of ``params`` (a
+    :class:`TrainParams`)."""
     from dripper_core.labelers.cpu.decision import finish_labels
+    from dripper_core.labelers.cpu.train import page_scores as block_scores
 
     scores = []
     for page, p in zip(pages, probabilities, strict=True):
-        chars = page.features.chars
-        selected = np.array(finish_labels(p, chars, params.threshold, decision=params.decision), dtype=bool)
-        scores.append(block_f1(chars, page.labels, selected))
+        selected = finish_labels(p, page.features.chars, params.threshold, decision=params.decision)
+        scores.append(block_scores(page, p, selected=selected)["f1"])
     return scores
 
 

@@ -6,10 +6,12 @@ import gzip
 import json
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
+from dripper_core.labelers.cpu.train import page_scores
 from tests.bench import load_bench
 
 REPO = Path(__file__).resolve().parents[2]
@@ -18,13 +20,18 @@ TINY = ["--folds", "3", "--workers", "1", "--threads", "1", "--resamples", "200"
 
 
 def test_block_f1_counts_characters():
-    bench = load_bench("labeler_sweep")
-    chars = np.array([100, 300, 50, 0])
+    # The sweep's page score: train.page_scores of the blocks the decision rule selects.
+    chars = np.array([100, 300, 50, 0], dtype=np.float32)
     labels = np.array([True, True, False, False])
-    assert bench.block_f1(chars, labels, labels) == 1.0
+    page = SimpleNamespace(features=SimpleNamespace(chars=chars), labels=labels)
+    assert page_scores(page, None, selected=labels)["f1"] == 1.0
     # 300 of 400 main characters found, 50 other taken: 2·300 / (350 + 400).
-    assert bench.block_f1(chars, labels, np.array([False, True, True, False])) == pytest.approx(600 / 750)
-    assert bench.block_f1(chars, np.zeros(4, bool), np.zeros(4, bool)) == 1.0
+    taken = np.array([False, True, True, False])
+    assert page_scores(page, None, selected=taken)["f1"] == pytest.approx(600 / 750)
+    nothing = SimpleNamespace(features=page.features, labels=np.zeros(4, bool))
+    assert page_scores(nothing, None, selected=np.zeros(4, bool))["f1"] == 1.0
+    # Without a selection, the threshold's: the same blocks from probabilities.
+    assert page_scores(page, np.array([0.1, 0.9, 0.6, 0.0]), threshold=0.5)["f1"] == pytest.approx(600 / 750)
 
 
 def test_sweep_tells_a_crippled_variant_from_the_base_and_reuses_its_cache(tmp_path, capsys):

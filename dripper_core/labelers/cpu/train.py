@@ -191,10 +191,16 @@ def fit_model(
 # -- block-level scores -----------------------------------------------------------------------------------
 
 
-def page_scores(page: PageExample, probabilities: np.ndarray, threshold: float = 0.5) -> dict[str, float]:
-    """Character-weighted precision, recall and F1 of the predicted main blocks against the oracle's."""
+def page_scores(
+    page: PageExample,
+    probabilities: np.ndarray | None,
+    threshold: float = 0.5,
+    selected: np.ndarray | None = None,
+) -> dict[str, float]:
+    """Character-weighted precision, recall and F1 of the predicted main blocks against the oracle's: the
+    ``selected`` blocks when given (another decision rule's), else those at or above ``threshold``."""
     chars = page.features.chars.astype(np.float64)
-    predicted = probabilities >= threshold
+    predicted = np.asarray(selected, dtype=bool) if selected is not None else probabilities >= threshold
     true_positive = float(chars[predicted & page.labels].sum())
     predicted_chars = float(chars[predicted].sum())
     label_chars = float(chars[page.labels].sum())
