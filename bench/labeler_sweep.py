@@ -24,6 +24,9 @@ A change to the code (a feature, the second stage's context) is compared across 
 ``--scores-out`` writes every page's scores; run this file of the other checkout with ``--previous`` that
 file, and its base is compared page for page with the earlier run's (as ``previous:NAME``).
 
+Snippet-only pages (partially labelled) are trained on as the settings say (``snippet_weight``) but have no
+block-level score: they are in no row of the tables.
+
 Block-level F1 is not the page's ROUGE (the fallback, the Markdown and the ground truth's own form are
 not in it): confirm a change found here with ``cpu_labeler.py quality`` before shipping it.
 """
@@ -105,6 +108,9 @@ def page_scores(pages, probabilities, params) -> list[float]:
 
     scores = []
     for page, p in zip(pages, probabilities, strict=True):
+        if page.partial:  # a snippet page: no block-level score
+            scores.append(float("nan"))
+            continue
         selected = finish_labels(p, page.features.chars, params.threshold, decision=params.decision)
         scores.append(block_scores(page, p, selected=selected)["f1"])
     return scores
@@ -113,6 +119,8 @@ def page_scores(pages, probabilities, params) -> list[float]:
 def _groups(pages, files_of: Sequence[str]) -> dict[str, list[str]]:
     groups: dict[str, list[str]] = {}
     for page, file in zip(pages, files_of, strict=True):
+        if page.partial:
+            continue
         keys = [f"file={file}", f"source={page.source}"]
         if file in _ARTICLE_FILES:
             keys.append("articles")
@@ -249,6 +257,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             for name, run in scores.items():
                 if not name.startswith("previous:"):
                     for page_id, value in run.items():
+                        if value != value:  # NaN: a snippet page
+                            continue
                         out.write(json.dumps({"run": name, "id": page_id, "block_f1": value}) + "\n")
     folds = "one fold per source" if args.by == "source" else f"{args.folds} folds"
     print(f"== mean block F1 out of fold ({args.by}-grouped, {folds}) ==")

@@ -14,9 +14,11 @@ from pathlib import Path
 TRAIN_DESCRIPTION = """Train the CPU labeler (two-stage gradient-boosted trees over block features).
 
 Every full-text page of --data is simplified and labelled by the oracle (its ground truth aligned to its
-blocks); snippet-only pages are skipped. The command cross-validates with folds grouped by site, reports
-out-of-fold scores per source and page type, trains on all pages and writes a JSON model file that records
-the versions, parameters, training data (with sha256) and the cross-validated scores.
+blocks); a snippet-only page is labelled where its snippets fall (a block holding a must-appear snippet is
+main, one holding a must-not-appear snippet is other, the rest unlabelled; --snippet-weight). The command
+cross-validates with folds grouped by site, reports out-of-fold scores per source and page type, trains on
+all pages and writes a JSON model file that records the versions, parameters, training data (with sha256)
+and the cross-validated scores.
 """
 
 TRAIN_EPILOG = """examples:
@@ -101,6 +103,13 @@ def add_train_labeler_parser(subparsers) -> argparse.ArgumentParser:
         help="how block probabilities become labels: threshold, or expected_f1 (each page's cut with the "
         "highest expected F1; default threshold)",
     )
+    parser.add_argument(
+        "--snippet-weight",
+        type=float,
+        default=None,
+        help="weight of a snippet-only page (its few blocks the snippets label) against a full-text page "
+        "(default 1; 0: not trained on)",
+    )
     parser.add_argument("--report", default=None, help="also write the training report as JSON here")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
     parser.set_defaults(handler=run_train_labeler)
@@ -123,7 +132,15 @@ def run_train_labeler(args: argparse.Namespace) -> int:
     # Options left unset take TrainParams' defaults (named once, there).
     overrides = {
         name: getattr(args, name)
-        for name in ("rounds", "bags", "threshold", "min_confidence", "min_page_confidence", "decision")
+        for name in (
+            "rounds",
+            "bags",
+            "threshold",
+            "min_confidence",
+            "min_page_confidence",
+            "decision",
+            "snippet_weight",
+        )
         if getattr(args, name) is not None
     }
     try:

@@ -6,6 +6,7 @@ end of the main run is likely not, whatever it looks like by itself.
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -34,6 +35,8 @@ CONTEXT_FEATURE_NAMES: tuple[str, ...] = (
     "page_p_max",
     "main_before",
     "main_after",
+    "main_before_outside_comments",
+    "page_comment_main_share",
 )
 
 
@@ -117,4 +120,18 @@ def context_features(features: PageFeatures, probabilities: np.ndarray) -> np.nd
     before_main = np.cumsum(expected_main) - expected_main
     out[:, column] = before_main / total_main
     out[:, column + 1] = (total_main - before_main - expected_main) / total_main
+    column += 2
+    # Reader comments: an article's come after main text outside any comment-classed region, a forum
+    # thread's posts are (nearly) all the main text there is.
+    in_comments = features.values[:, _comment_column()] > 0
+    outside = np.where(in_comments, 0.0, expected_main)
+    out[:, column] = (np.cumsum(outside) - outside) / total_main
+    out[:, column + 1] = float(expected_main[in_comments].sum()) / total_main
     return out
+
+
+@functools.cache
+def _comment_column() -> int:
+    from dripper_core.labelers.cpu.features import FEATURE_NAMES  # features imports this module
+
+    return FEATURE_NAMES.index("kw_comment")

@@ -51,6 +51,8 @@ class TrainParams:
             of articles does not drown the rarer page types.
         char_weight: How much of a page's weight is spread by characters (the rest evenly over its
             blocks): the metric counts text, so long blocks matter more, but headings still count.
+        snippet_weight: A snippet page's weight (its few labelled blocks) against a full-text page's;
+            0 leaves snippet pages out of the fits (they still get folds and out-of-fold scores).
         two_stage: Train the second (context) stage.
         threads: Threads per fit.
         backend: ``lightgbm``, ``sklearn`` or ``auto`` (LightGBM when installed).
@@ -75,6 +77,7 @@ class TrainParams:
     lambda_l2: float = 1.0
     max_bin: int = 63
     char_weight: float = 0.5
+    snippet_weight: float = 1.0
     source_balance: float = 0.5
     two_stage: bool = True
     threads: int = 2
@@ -89,6 +92,8 @@ class TrainParams:
     def __post_init__(self) -> None:
         if self.rounds < 1:
             raise ValueError(f"rounds {self.rounds}: need at least 1")
+        if self.snippet_weight < 0:
+            raise ValueError(f"snippet_weight {self.snippet_weight}: need >= 0")
         if self.bags < 1 or not 0.0 < self.bag_sites <= 1.0:
             raise ValueError(
                 f"bags {self.bags}, bag_sites {self.bag_sites}: need bags >= 1, bag_sites in (0, 1]"
@@ -116,8 +121,11 @@ class TrainParams:
 
 def block_weights(page: PageExample, char_weight: float) -> np.ndarray:
     """Training weight of each block of ``page``: every page weighs the same in total (the benchmark is a
-    mean over pages), spread over its text blocks by characters (``char_weight``) and evenly (the rest)."""
+    mean over pages), spread over its labelled text blocks by characters (``char_weight``) and evenly (the
+    rest); unlabelled blocks of a snippet page weigh nothing."""
     chars = page.features.chars.astype(np.float64)
+    if page.known is not None:
+        chars = np.where(page.known, chars, 0.0)
     has_text = chars > 0
     n_text = max(int(has_text.sum()), 1)
     total = float(chars.sum()) or 1.0
@@ -147,10 +155,17 @@ def _stack(
     """Training matrix, labels and weights of the text blocks of ``pages[indexes]`` (stage 2 when
     ``stage1`` maps page index → stage-1 probabilities)."""
     matrices, labels, weights = [], [], []
+    if params.snippet_weight == 0:  # as if they were not there (the same weights as without them)
+        indexes = [i for i in indexes if not pages[i].partial]
     multipliers = page_multipliers(pages, indexes, params.source_balance)
     for index, multiplier in zip(indexes, multipliers, strict=True):
         page = pages[index]
         keep = page.features.chars > 0
+        if page.known is not None:
+            keep &= page.known
+            multiplier *= params.snippet_weight
+        if not keep.any():
+            continue
         values = page.features.values
         if stage1 is not None:
             values = np.concatenate([values, context_features(page.features, stage1[index])], axis=1)

@@ -213,9 +213,12 @@ def page_scores(
 def score_report(
     pages: Sequence[PageExample], probabilities: Sequence[np.ndarray], threshold: float = 0.5
 ) -> dict[str, dict[str, float]]:
-    """Mean page scores (see :func:`page_scores`) overall, per source and per WCXB page type."""
+    """Mean page scores (see :func:`page_scores`) overall, per source and per WCXB page type, over the
+    fully labelled pages (a snippet page has no block-level score)."""
     groups: dict[str, list[dict[str, float]]] = {}
     for page, p in zip(pages, probabilities, strict=True):
+        if page.partial:
+            continue
         scores = page_scores(page, p, threshold)
         keys = ["all", f"source={page.source}"]
         if page.page_type:

@@ -1,9 +1,11 @@
 """Training pages for the CPU labeler: dev-format records → block features and ``oracle`` labels.
 
 Each full-text page is simplified, its blocks get :func:`~dripper_core.labelers.cpu.features.page_features`
-and the ``oracle`` alignment of its ground truth as labels. Snippet-only pages are not used for training:
-their ground truth names a few strings that must (not) appear, so every block the snippets miss would be
-labelled "other" whatever it is.
+and the ``oracle`` alignment of its ground truth as labels. A snippet-only page (its ground truth a few
+strings that must or must not appear) is *partially* labelled: a block holding a ``with`` snippet is main, a
+block holding a ``without`` snippet is other, and every other block is unknown (``known`` false: not trained
+on, never scored at block level). Its features still cover every block, so the second stage sees the
+page whole.
 
 Pages are grouped by *site* for cross-validation (the URL's registrable domain, else the page's canonical
 or ``og:url`` host, else the host most of its absolute links point to, else the page itself): pages of one
@@ -34,6 +36,7 @@ __all__ = [
     "build_training_set",
     "iter_records",
     "site_of",
+    "snippet_labels",
 ]
 
 _CANONICAL = re.compile(
@@ -58,7 +61,8 @@ class PageExample:
         page_type: The record's ``page_type`` (dev_hard's WCXB pages), or ``None``.
         site: The group key for cross-validation (see :func:`site_of`).
         features: The blocks' features.
-        labels: ``(n_blocks,)`` bool, the oracle's main/other.
+        labels: ``(n_blocks,)`` bool, the oracle's main/other (snippet pages: the snippets').
+        known: ``(n_blocks,)`` bool, the blocks whose label is known (snippet pages), or ``None``: all.
     """
 
     doc_id: str
@@ -67,10 +71,16 @@ class PageExample:
     site: str
     features: PageFeatures
     labels: np.ndarray
+    known: np.ndarray | None = None
 
     @property
     def n_blocks(self) -> int:
         return self.features.n_blocks
+
+    @property
+    def partial(self) -> bool:
+        """Only some blocks are labelled (a snippet page): no block-level score."""
+        return self.known is not None
 
 
 @dataclass
@@ -95,6 +105,7 @@ class TrainingSet:
             "pages": len(self.pages),
             "blocks": int(sum(page.n_blocks for page in self.pages)),
             "main_blocks": int(sum(int(page.labels.sum()) for page in self.pages)),
+            "snippet_pages": sum(page.partial for page in self.pages),
             "sites": len({page.site for page in self.pages}),
             "pages_per_source": dict(sorted(per_source.items())),
             "skipped": dict(self.skipped),
@@ -135,12 +146,41 @@ def site_of(record: dict) -> str:
     return f"page:{record.get('source')}:{record.get('id')}"
 
 
+def snippet_labels(
+    block_texts: Sequence[str], with_snippets: Sequence[str], without_snippets: Sequence[str]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Partial labels from snippets, matched as the snippet metric matches them (``eval.metrics``'
+    Markdown normalisation, substring of one block's text).
+
+    A ``with`` snippet found in exactly one block makes it main (in several, which one the metric credits
+    is unknown); a ``without`` snippet makes every block holding it other. A block claimed by both stays
+    unknown; a snippet spanning blocks labels none.
+
+    Returns:
+        ``(labels, known)``, both ``(n_blocks,)`` bool.
+    """
+    from eval.metrics import normalize_markdown
+
+    texts = [normalize_markdown(text) for text in block_texts]
+    main = np.zeros(len(texts), dtype=bool)
+    other = np.zeros(len(texts), dtype=bool)
+    for snippets, hits_needed, mark in ((with_snippets, 1, main), (without_snippets, None, other)):
+        for snippet in snippets:
+            needle = normalize_markdown(snippet)
+            hits = [index for index, text in enumerate(texts) if needle and needle in text]
+            if hits and (hits_needed is None or len(hits) == hits_needed):
+                mark[hits] = True
+    known = main ^ other
+    return main & known, known
+
+
 def _example(record: dict) -> PageExample | str:
     """The page's :class:`PageExample`, or why it cannot be used."""
     from dripper_core.simplify import simplify_html
 
     ground_truth = record.get("ground_truth_text")
-    if not ground_truth or not ground_truth.strip():
+    with_snippets = record.get("with_snippets") or ()
+    if (not ground_truth or not ground_truth.strip()) and not with_snippets:
         return "no full-text ground truth"
     html = record.get("html")
     if not isinstance(html, str) or not html.strip():
@@ -151,20 +191,33 @@ def _example(record: dict) -> PageExample | str:
         return f"simplify failed: {type(error).__name__}"
     if simplified.n_blocks == 0:
         return "no blocks"
-    alignment = align_blocks(ground_truth, [block.text for block in simplified.blocks])
+    texts = [block.text for block in simplified.blocks]
+    if not ground_truth or not ground_truth.strip():
+        labels, known = snippet_labels(texts, with_snippets, record.get("without_snippets") or ())
+        if not labels.any():
+            return "no with-snippet in one block"
+        return _page_example(record, simplified, labels, known)
+    alignment = align_blocks(ground_truth, texts)
     if not any(alignment.main):
         return "oracle found no main block"
     if alignment.ground_truth_recall < MIN_ORACLE_RECALL:
         # The ground truth is mostly not in the page's blocks (a challenge page, another version of the
         # page): its labels would teach noise.
         return "oracle covers too little of the ground truth"
+    return _page_example(record, simplified, np.array(alignment.main, dtype=bool))
+
+
+def _page_example(
+    record: dict, simplified, labels: np.ndarray, known: np.ndarray | None = None
+) -> PageExample:
     return PageExample(
         doc_id=str(record.get("id")),
         source=str(record.get("source") or "unknown"),
         page_type=record.get("page_type"),
         site=site_of(record),
         features=page_features(simplified),
-        labels=np.array(alignment.main, dtype=bool),
+        labels=labels,
+        known=known,
     )
 
 
@@ -198,7 +251,7 @@ def build_training_set(
     limit: int | None = None,
     progress: bool = False,
 ) -> TrainingSet:
-    """Simplify, label (``oracle``) and featurise the full-text pages of dev-format files.
+    """Simplify, label (``oracle``, or snippets: partially) and featurise the pages of dev-format files.
 
     Args:
         paths: JSONL(.gz) files of ``{id, html, url, ground_truth_text, source, page_type…}`` records.

@@ -211,6 +211,28 @@ def test_context_features_place_blocks_against_the_main_run():
     assert before[0] == 0.0 and after[0] == pytest.approx(1.0)
 
 
+def test_context_features_weigh_comments_against_the_text_outside_them():
+    page = simplify_html(TEASERS.format(cards=""), "teasers")
+    features = page_features(page)
+    article = [_block(page, start) for start in ("The new harbour", "Fishermen", "The old quay")]
+    comments = [_block(page, start) for start in ("Finally", "Agreed")]
+    p = np.zeros(page.n_blocks)
+    p[article + comments] = 1.0
+    context = context_features(features, p)
+    outside = context[:, CONTEXT_FEATURE_NAMES.index("main_before_outside_comments")]
+    share = context[:, CONTEXT_FEATURE_NAMES.index("page_comment_main_share")]
+    chars = features.chars
+    article_share = chars[article].sum() / chars[article + comments].sum()
+    # under an article, a comment has all of the article's text before it; the article has none
+    assert outside[comments[0]] == pytest.approx(article_share) and outside[article[0]] == 0.0
+    assert share[0] == pytest.approx(1 - article_share)
+    # a page whose likely text is all in the comments (a thread): nothing outside them, all of it inside
+    p[article] = 0.0
+    context = context_features(features, p)
+    assert context[comments[1], CONTEXT_FEATURE_NAMES.index("main_before_outside_comments")] == 0.0
+    assert context[0, CONTEXT_FEATURE_NAMES.index("page_comment_main_share")] == pytest.approx(1.0)
+
+
 POST = '<div class="post"><p>Post {n}: the valve still leaks after the repair, and the manual says nothing.</p></div>'
 FORUM = (
     """<html><head><title>Valve leaks</title></head><body><div class="thread">{posts}</div></body></html>"""

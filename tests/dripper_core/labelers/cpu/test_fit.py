@@ -1,18 +1,24 @@
-"""Fitting one stage: tree exports score as the learners do, bags average, page weights balance groups."""
+"""Fitting one stage: tree exports score as the learners do, bags average, page weights balance groups,
+snippet pages train only their labelled blocks."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
+from dripper_core.labelers.cpu.features import PageFeatures
 from dripper_core.labelers.cpu.fit import (
     TrainParams,
     average_ensembles,
     ensemble_from_sklearn,
     fit_ensemble,
     fit_lightgbm,
+    fit_stage,
     page_multipliers,
 )
+from dripper_core.labelers.cpu.training_set import PageExample
 from tests.dripper_core.labelers.cpu import fake_page, toy_data
 
 
@@ -57,3 +63,49 @@ def test_page_multipliers_balance_groups():
     assert weights[1] / weights[16] == pytest.approx(1 / np.sqrt(15))
     assert weights[0] == pytest.approx(weights[16])
     assert np.allclose(page_multipliers(pages, indexes, 0.0), 1.0)
+
+
+def _toy_pages(n_pages: int = 12, n_blocks: int = 50) -> list[PageExample]:
+    x, y, _ = toy_data(n_pages * n_blocks)
+    pages = []
+    for index in range(n_pages):
+        rows = slice(index * n_blocks, (index + 1) * n_blocks)
+        features = PageFeatures(
+            x[rows],
+            np.full(n_blocks, 40.0, np.float32),
+            np.zeros((n_blocks, 1), np.int32),
+            np.zeros(n_blocks, np.int32),
+        )
+        pages.append(PageExample(f"p{index}", "full", None, f"s{index}", features, y[rows].copy()))
+    return pages
+
+
+def _snippet_page(page: PageExample, known: np.ndarray) -> PageExample:
+    return PageExample("snip", "snippets", None, "snip", page.features, page.labels & known, known)
+
+
+def test_snippet_pages_train_only_their_labelled_blocks():
+    params = TrainParams(rounds=8, num_leaves=7, min_data_in_leaf=5, threads=1, backend="sklearn", bags=1)
+    probe = toy_data(200, seed=1)[0]
+    full = _toy_pages()
+    known = np.zeros(50, bool)
+    known[:6] = True
+    partial = _snippet_page(_toy_pages(1)[0], known)
+
+    def scores(pages, **changes):
+        settings = replace(params, **changes)
+        return fit_stage(pages, range(len(pages)), settings, seed=0).decision_function(probe)
+
+    with_page = scores([*full, partial])
+    # Weight 0: exactly the trees of the full pages alone.
+    assert np.array_equal(scores([*full, partial], snippet_weight=0.0), scores(full))
+    assert not np.array_equal(with_page, scores(full))
+    # The unlabelled blocks' labels are never read; the labelled ones are.
+    unlabelled_flipped = _snippet_page(partial, known)
+    unlabelled_flipped.labels = np.where(known, partial.labels, ~partial.labels)
+    assert np.array_equal(scores([*full, unlabelled_flipped]), with_page)
+    labelled_flipped = _snippet_page(partial, known)
+    labelled_flipped.labels = np.where(known, ~partial.labels, partial.labels) & known
+    assert not np.array_equal(scores([*full, labelled_flipped]), with_page)
+    with pytest.raises(ValueError, match="snippet_weight"):
+        TrainParams(snippet_weight=-1)

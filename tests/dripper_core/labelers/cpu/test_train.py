@@ -6,9 +6,14 @@ import argparse
 import json
 from pathlib import Path
 
+import numpy as np
+import pytest
+
 from dripper_core.cli_train import add_train_labeler_parser
 from dripper_core.labelers.cpu.model import CpuLabeler, load_model
+from dripper_core.labelers.cpu.train import score_report
 from dripper_core.pipeline import extract
+from tests.dripper_core.labelers.cpu import fake_page
 
 REPO = Path(__file__).resolve().parents[4]
 SAMPLE = REPO / "data" / "sample" / "pages.jsonl.gz"
@@ -64,3 +69,14 @@ def test_train_labeler_command_rejects_bad_input(tmp_path):
     assert args.handler(args) == 2
     bad_gate = ["train-labeler", "--data", str(SAMPLE), "--output", "x", "--min-page-confidence", "1"]
     assert parser.parse_args(bad_gate).handler(parser.parse_args(bad_gate)) == 2
+
+
+def test_block_scores_leave_snippet_pages_out():
+    pages = [fake_page(f"p{i}", "full", f"s{i}", 4) for i in range(2)]
+    pages[0].labels[:2] = True
+    snippet = fake_page("snip", "snippets", "t", 4)
+    snippet.known = np.array([True, False, False, False])
+    probabilities = [np.array([0.9, 0.9, 0.1, 0.1]), np.zeros(4), np.zeros(4)]
+    report = score_report([*pages, snippet], probabilities)
+    assert report["all"]["pages"] == 2 and "source=snippets" not in report
+    assert report["all"]["f1"] == pytest.approx(1.0)  # both full pages right; the snippet page not scored
