@@ -108,9 +108,6 @@ def page_scores(pages, probabilities, params) -> list[float]:
 
     scores = []
     for page, p in zip(pages, probabilities, strict=True):
-        if page.partial:  # a snippet page: no block-level score
-            scores.append(float("nan"))
-            continue
         selected = finish_labels(p, page.features.chars, params.threshold, decision=params.decision)
         scores.append(block_scores(page, p, selected=selected)["f1"])
     return scores
@@ -119,8 +116,6 @@ def page_scores(pages, probabilities, params) -> list[float]:
 def _groups(pages, files_of: Sequence[str]) -> dict[str, list[str]]:
     groups: dict[str, list[str]] = {}
     for page, file in zip(pages, files_of, strict=True):
-        if page.partial:
-            continue
         keys = [f"file={file}", f"source={page.source}"]
         if file in _ARTICLE_FILES:
             keys.append("articles")
@@ -226,10 +221,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     pages = training.pages
     for page in pages:
         page.source = lumped.get(page.source, page.source)
-    ids = [page.doc_id for page in pages]
+    scored = [at for at, page in enumerate(pages) if not page.partial]  # snippet pages: no block score
+    scored_pages = [pages[at] for at in scored]
+    ids = [page.doc_id for page in scored_pages]
     scores: dict[str, dict[str, float]] = {}
     seed_means: dict[str, list[dict[str, float]]] = {}  # run -> per learner seed, group -> mean
-    groups = _groups(pages, files_of)
+    groups = _groups(scored_pages, [files_of[at] for at in scored])
     position = {page_id: at for at, page_id in enumerate(ids)}
     positions = {group: [position[i] for i in members] for group, members in groups.items()}
     for name, params in runs.items():
@@ -239,7 +236,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             cv = cross_validate(
                 pages, params, args.folds, args.seed, args.by, quiet=True, learner_seed=learner_seed
             )
-            per_seed.append(page_scores(pages, cv.probabilities, params))
+            probabilities = [cv.probabilities[at] for at in scored]
+            per_seed.append(page_scores(scored_pages, probabilities, params))
             print(
                 f"{name}, learner seed {learner_seed}: cross-validated in {time.perf_counter() - started:.0f} s",
                 file=sys.stderr,
@@ -257,8 +255,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             for name, run in scores.items():
                 if not name.startswith("previous:"):
                     for page_id, value in run.items():
-                        if value != value:  # NaN: a snippet page
-                            continue
                         out.write(json.dumps({"run": name, "id": page_id, "block_f1": value}) + "\n")
     folds = "one fold per source" if args.by == "source" else f"{args.folds} folds"
     print(f"== mean block F1 out of fold ({args.by}-grouped, {folds}) ==")
