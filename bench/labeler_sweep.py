@@ -179,6 +179,30 @@ def _parse_variant(spec: str) -> tuple[str, dict[str, str]]:
     return name, parse_key_values(settings.split(","), "--variant")
 
 
+def add_training_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options that say which training set and folds a block-level run uses (this bench's and
+    ``labeler_losses.py``'s)."""
+    parser.add_argument("--data", type=Path, nargs="+", default=_default_data())
+    parser.add_argument("--limit", type=int, default=None, help="pages per file")
+    parser.add_argument("--by", choices=("site", "page", "source"), default="site")
+    parser.add_argument("--lump-sources", action="append", default=[], metavar="NAME=SOURCE,SOURCE")
+    parser.add_argument("--folds", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=2, help="threads per model fit")
+    parser.add_argument("--workers", type=int, default=2, help="processes building the training set")
+    parser.add_argument("--cache", type=Path, default=None, help="keep the training set here (.pkl.gz)")
+
+
+def lumped_sources(parser: argparse.ArgumentParser, specs: Sequence[str]) -> dict[str, str]:
+    """``--lump-sources NAME=A,B`` values as {source: name} (one fold, one report row for A and B)."""
+    lumped: dict[str, str] = {}
+    for spec in specs:
+        name, _, sources = spec.partition("=")
+        if not name or not sources:
+            parser.error("--lump-sources takes NAME=SOURCE,SOURCE")
+        lumped.update(dict.fromkeys(sources.split(","), name))
+    return lumped
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from dripper_core.cli import parse_key_values
     from dripper_core.labelers.cpu.fit import TrainParams
@@ -186,30 +210,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     from eval.paired import format_leads
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", type=Path, nargs="+", default=_default_data())
-    parser.add_argument("--limit", type=int, default=None, help="pages per file")
-    parser.add_argument("--by", choices=("site", "page", "source"), default="site")
-    parser.add_argument("--lump-sources", action="append", default=[], metavar="NAME=SOURCE,SOURCE")
-    parser.add_argument("--folds", type=int, default=5)
+    add_training_arguments(parser)
     parser.add_argument("--seed", type=int, default=0, help="seed of the fold assignment")
     parser.add_argument(
         "--seeds", type=int, default=1, help="learner seeds per run (0..N-1); page scores are their mean"
     )
-    parser.add_argument("--threads", type=int, default=2, help="threads per model fit")
-    parser.add_argument("--workers", type=int, default=2, help="processes building the training set")
-    parser.add_argument("--cache", type=Path, default=None, help="keep the training set here (.pkl.gz)")
     parser.add_argument("--base", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--variant", action="append", default=[], type=_parse_variant, metavar="NAME:K=V,…")
     parser.add_argument("--scores-out", type=Path, default=None, help="every page's scores, as JSONL")
     parser.add_argument("--previous", type=Path, default=None, help="--scores-out of an earlier run")
     parser.add_argument("--resamples", type=int, default=2000)
     args = parser.parse_args(argv)
-    lumped = {}
-    for spec in args.lump_sources:
-        name, _, sources = spec.partition("=")
-        if not name or not sources:
-            parser.error("--lump-sources takes NAME=SOURCE,SOURCE")
-        lumped.update(dict.fromkeys(sources.split(","), name))
+    lumped = lumped_sources(parser, args.lump_sources)
     base_settings = {**SHIPPED, "threads": args.threads, **parse_key_values(args.base, "--base")}
     if args.seeds < 1:
         parser.error("--seeds takes a count of at least 1")
