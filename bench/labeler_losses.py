@@ -58,23 +58,18 @@ def block_errors(page, probabilities: np.ndarray, threshold: float, decision: st
     }
 
 
-def _group_keys(page) -> list[str]:
-    keys = [f"source={page.source}"]
-    if page.page_type:
-        keys.append(f"page_type={page.page_type}")
-    return keys
-
-
 def format_groups(pages, errors: Sequence[dict]) -> str:
     """Per group: pages, characters taken wrongly and left wrongly per page, character P and R."""
+    from dripper_core.labelers.cpu.train import report_groups, report_order
+
     totals: dict[str, np.ndarray] = defaultdict(lambda: np.zeros(4))
     for page, error in zip(pages, errors, strict=True):
-        for key in ["all", *_group_keys(page)]:
+        for key in report_groups(page):
             totals[key] += (error["tp"], error["fp"], error["fn"], 1)
     lines = [
         f"{'pages':32s} {'n':>5s} {'FP chars/page':>14s} {'FN chars/page':>14s} {'char-P':>7s} {'char-R':>7s}"
     ]
-    for key in sorted(totals, key=lambda name: (name != "all", name)):
+    for key in sorted(totals, key=report_order):
         tp, fp, fn, n = totals[key]
         precision = tp / (tp + fp) if tp + fp else 1.0
         recall = tp / (tp + fn) if tp + fn else 1.0
@@ -118,7 +113,7 @@ def format_worst(pages, errors, probabilities, records: dict[str, dict], count: 
 
 def main(argv: Sequence[str] | None = None) -> int:
     from dripper_core.labelers.cpu.fit import TrainParams
-    from dripper_core.labelers.cpu.train import cross_validate
+    from dripper_core.labelers.cpu.train import cross_validate, report_groups
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_training_arguments(parser)
@@ -152,7 +147,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"== block errors out of fold ({args.by}-grouped; full-text pages, oracle labels) ==")
     print(format_groups([pages[at] for at in full], [errors[at] for at in full]))
     if args.group:
-        chosen = [at for at, page in enumerate(pages) if args.group in _group_keys(page)]
+        chosen = [
+            at for at, page in enumerate(pages) if args.group != "all" and args.group in report_groups(page)
+        ]
         if not chosen:
             parser.error(f"--group {args.group}: no page of the training set is in it")
         records = _records(args.data, {pages[at].doc_id for at in chosen})

@@ -220,15 +220,25 @@ def score_report(
         if page.partial:
             continue
         scores = page_scores(page, p, threshold)
-        keys = ["all", f"source={page.source}"]
-        if page.page_type:
-            keys.append(f"page_type={page.page_type}")
-        for key in keys:
+        for key in report_groups(page):
             groups.setdefault(key, []).append(scores)
     return {
         key: {"pages": len(rows), **{name: float(np.mean([row[name] for row in rows])) for name in rows[0]}}
-        for key, rows in sorted(groups.items(), key=lambda item: (item[0] != "all", item[0]))
+        for key, rows in sorted(groups.items(), key=lambda item: report_order(item[0]))
     }
+
+
+def report_groups(page: PageExample) -> list[str]:
+    """The report rows a page counts in: ``all``, its source and (WCXB) its page type."""
+    keys = ["all", f"source={page.source}"]
+    if page.page_type:
+        keys.append(f"page_type={page.page_type}")
+    return keys
+
+
+def report_order(key: str) -> tuple[bool, str]:
+    """Sort key of report rows: ``all`` first, then by name."""
+    return key != "all", key
 
 
 def format_scores(report: dict[str, dict[str, float]], title: str) -> str:
