@@ -22,7 +22,9 @@ the runs on each page's mean over the seeds.
 
 A change to the code (a feature, the second stage's context) is compared across checkouts:
 ``--scores-out`` writes every page's scores; run this file of the other checkout with ``--previous`` that
-file, and its base is compared page for page with the earlier run's (as ``previous:NAME``).
+file, and its base is compared page for page with the earlier run's (as ``previous:NAME``). Which of
+several new features carries a change is answered on one cache: ``--variant NAME:ignore_features=A`` (names
+space-separated) fits the same matrix with those columns held constant, so the trees never split on them.
 
 Snippet-only pages (partially labelled) are trained on as the settings say (``snippet_weight``) but have no
 block-level score: they are in no row of the tables.

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dripper_core.labelers.cpu.decision import check_settings
-from dripper_core.labelers.cpu.features import context_features
+from dripper_core.labelers.cpu.features import FEATURE_NAMES, context_features
 from dripper_core.labelers.cpu.model import TreeEnsemble
 from dripper_core.labelers.cpu.training_set import PageExample
 
@@ -65,6 +65,9 @@ class TrainParams:
             probabilities is below this (0: no such gate).
         decision: The model's decision rule (``threshold`` or ``expected_f1``: each page's selection of
             blocks with the highest expected F1; ``decision.py``). The trees do not depend on it.
+        ignore_features: First-stage feature names (space-separated) the trees may not split on: their
+            columns are held constant in both stages' training matrices. For ablations over one cached
+            training set ("which of two new features costs a new collection?") without rebuilding it.
     """
 
     rounds: int = 150
@@ -88,8 +91,12 @@ class TrainParams:
     min_confidence: float = 0.7
     decision: str = "threshold"
     min_page_confidence: float = 0.0
+    ignore_features: str = ""
 
     def __post_init__(self) -> None:
+        unknown = sorted(set(self.ignore_features.split()) - set(FEATURE_NAMES))
+        if unknown:
+            raise ValueError(f"ignore_features: unknown feature names {unknown}")
         if self.rounds < 1:
             raise ValueError(f"rounds {self.rounds}: need at least 1")
         if self.snippet_weight < 0:
@@ -172,7 +179,11 @@ def _stack(
         matrices.append(values[keep])
         labels.append(page.labels[keep])
         weights.append(block_weights(page, params.char_weight)[keep] * multiplier)
-    return np.concatenate(matrices), np.concatenate(labels), np.concatenate(weights)
+    matrix = np.concatenate(matrices)
+    ignored = [FEATURE_NAMES.index(name) for name in params.ignore_features.split()]
+    if ignored:  # a constant column is never split on (stage 2 repeats stage 1's columns first)
+        matrix[:, ignored] = 0.0
+    return matrix, np.concatenate(labels), np.concatenate(weights)
 
 
 def fit_lightgbm(

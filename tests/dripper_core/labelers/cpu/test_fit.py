@@ -109,3 +109,25 @@ def test_snippet_pages_train_only_their_labelled_blocks():
     assert not np.array_equal(scores([*full, labelled_flipped]), with_page)
     with pytest.raises(ValueError, match="snippet_weight"):
         TrainParams(snippet_weight=-1)
+
+
+def _split_features(ensemble) -> set[int]:
+    """The features the ensemble's internal nodes split on (a leaf is its own child)."""
+    nodes = np.arange(len(ensemble.feature))
+    internal = ensemble.children[0::2] != nodes
+    return set(ensemble.feature[internal].tolist())
+
+
+def test_ignored_features_are_never_split_on():
+    from dripper_core.labelers.cpu.features import FEATURE_NAMES
+
+    params = TrainParams(rounds=8, num_leaves=7, min_data_in_leaf=5, threads=1, backend="sklearn", bags=1)
+    pages = _toy_pages()
+    # The toy rule reads columns 0, 1 and 2: the trees use column 0 unless it is ignored.
+    assert 0 in _split_features(fit_stage(pages, range(len(pages)), params, seed=0))
+    ignoring = replace(params, ignore_features=f"{FEATURE_NAMES[0]} {FEATURE_NAMES[3]}")
+    used = _split_features(fit_stage(pages, range(len(pages)), ignoring, seed=0))
+    assert used and not used & {0, 3}
+    assert pages[0].features.values[:, 0].any()  # the cached pages are left as they were
+    with pytest.raises(ValueError, match="unknown feature names"):
+        TrainParams(ignore_features="no_such_feature")
