@@ -5,8 +5,8 @@ Usage::
     .venv/bin/python bench/labeler_losses.py [--data FILE…] [--by site|source] [--lump-sources NAME=A,B…]
         [--cache TRAINING.pkl.gz] [--load-cv CV.pkl.gz] [--group KEY=VALUE] [--pages N] [--min-chars C]
 
-"Read the losses before adding features": this cross-validates the shipped settings (``labeler_sweep.py``'s
-``SHIPPED``; or loads the fold models' probabilities from ``cpu_labeler.py quality --save-cv`` of a run on
+"Read the losses before adding features": this cross-validates the shipped settings (``TrainParams``'
+defaults; or loads the fold models' probabilities from ``cpu_labeler.py quality --save-cv`` of a run on
 the same data), labels each page with the expected-F1 cut, and prints
 
 - per source and page type, the characters the labels take wrongly (false positives) and leave wrongly
@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from labeler_sweep import SHIPPED, add_training_arguments, load_training, lumped_sources  # noqa: E402
+from labeler_sweep import add_training_arguments, load_training, lumped_sources  # noqa: E402
 
 
 def block_errors(page, probabilities: np.ndarray, threshold: float, decision: str) -> dict:
@@ -126,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     lumped = lumped_sources(parser, args.lump_sources)
 
-    params = TrainParams(**{**SHIPPED, "threads": args.threads})
+    params = TrainParams(threads=args.threads)  # the shipped settings
     training, _ = load_training(args.data, args.cache, args.workers, args.limit)
     pages = training.pages
     for page in pages:

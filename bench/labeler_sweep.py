@@ -50,14 +50,13 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-# The shipped model's settings (README's training command); --base overrides them.
-SHIPPED = {"bags": 1, "threshold": 0.4, "min_confidence": 0.85, "decision": "expected_f1"}
 _ARTICLE_FILES = ("dev", "dev_fundus")
 # What the cached training set depends on besides the data: the code that simplifies, featurises, labels.
 _FEATURE_CODE = ("dripper_core/labelers/cpu", "dripper_core/simplify", "dripper_core/labelers/oracle.py")
 
 
-def _default_data() -> list[Path]:
+def default_data() -> list[Path]:
+    """The shared dev files present beside the checkout (dev, dev_hard, dev_fundus), else the bundled sample."""
     shared = REPO.parent / "shared" / "data"
     files = [shared / f"{name}.jsonl.gz" for name in ("dev", "dev_hard", "dev_fundus")]
     present = [path for path in files if path.exists()]
@@ -184,7 +183,7 @@ def _parse_variant(spec: str) -> tuple[str, dict[str, str]]:
 def add_training_arguments(parser: argparse.ArgumentParser) -> None:
     """The options that say which training set and folds a block-level run uses (this bench's and
     ``labeler_losses.py``'s)."""
-    parser.add_argument("--data", type=Path, nargs="+", default=_default_data())
+    parser.add_argument("--data", type=Path, nargs="+", default=default_data())
     parser.add_argument("--limit", type=int, default=None, help="pages per file")
     parser.add_argument("--by", choices=("site", "page", "source"), default="site")
     parser.add_argument("--lump-sources", action="append", default=[], metavar="NAME=SOURCE,SOURCE")
@@ -224,7 +223,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--resamples", type=int, default=2000)
     args = parser.parse_args(argv)
     lumped = lumped_sources(parser, args.lump_sources)
-    base_settings = {**SHIPPED, "threads": args.threads, **parse_key_values(args.base, "--base")}
+    # The base is the shipped model's settings (TrainParams' defaults) with --base over them.
+    base_settings = {"threads": args.threads, **parse_key_values(args.base, "--base")}
     if args.seeds < 1:
         parser.error("--seeds takes a count of at least 1")
     runs = {"base": TrainParams(**base_settings)}

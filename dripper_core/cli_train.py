@@ -25,8 +25,9 @@ TRAIN_EPILOG = """examples:
   # the shipped model (the bundled sample pages are held out so that the tests measure unseen pages)
   dripper train-labeler --data ../shared/data/dev.jsonl.gz ../shared/data/dev_hard.jsonl.gz \\
       ../shared/data/dev_fundus.jsonl.gz --output dripper_core/resources/cpu_labeler/model.json.gz \\
-      --exclude-pages data/sample/pages.jsonl.gz --threshold 0.4 --min-confidence 0.85 --bags 1 \\
-      --workers 1 --threads 1 --no-cv --decision expected_f1 --min-page-confidence 0.85
+      --exclude-pages data/sample/pages.jsonl.gz --workers 1 --threads 1 --no-cv
+  # (its settings are the defaults: --bags 1 --decision expected_f1 --threshold 0.4 --min-confidence 0.85
+  #  --min-page-confidence 0.85)
   # use it
   dripper extract --input pages.jsonl.gz --output out.jsonl --labeler cpu
 """
@@ -69,7 +70,7 @@ def add_train_labeler_parser(subparsers) -> argparse.ArgumentParser:
         "--bags",
         type=int,
         default=None,
-        help="ensembles per stage, each on a random 80%% of the sites, averaged (default 3)",
+        help="ensembles per stage, each on a random 80%% of the sites, averaged (default 1)",
     )
     parser.add_argument(
         "--backend",
@@ -81,27 +82,31 @@ def add_train_labeler_parser(subparsers) -> argparse.ArgumentParser:
         "--limit", type=int, default=None, help="read at most N records per file (for trials)"
     )
     parser.add_argument(
-        "--threshold", type=float, default=None, help="the model's decision threshold (default 0.5)"
+        "--threshold",
+        type=float,
+        default=None,
+        help="the threshold rule's cut: blocks at or above this probability are main (given without "
+        "--decision, it selects that rule; default 0.4)",
     )
     parser.add_argument(
         "--min-confidence",
         type=float,
         default=None,
-        help="pages where no block reaches this probability go to the fallback (default 0.7)",
+        help="pages where no block reaches this probability go to the fallback (default 0.85)",
     )
     parser.add_argument(
         "--min-page-confidence",
         type=float,
         default=None,
         help="pages whose labels' expected F1 under the model is below this go to the fallback too "
-        "(default 0: off)",
+        "(default 0.85; 0: off)",
     )
     parser.add_argument(
         "--decision",
         default=None,
         metavar="RULE",
         help="how block probabilities become labels: threshold, or expected_f1 (each page's cut with the "
-        "highest expected F1; default threshold)",
+        "highest expected F1; the default)",
     )
     parser.add_argument(
         "--snippet-weight",
@@ -116,8 +121,28 @@ def add_train_labeler_parser(subparsers) -> argparse.ArgumentParser:
     return parser
 
 
-def run_train_labeler(args: argparse.Namespace) -> int:
+def train_params(args: argparse.Namespace):
+    """The :class:`TrainParams` of parsed ``train-labeler`` options: those left unset take its defaults (the
+    shipped settings, named once, there); ``--threshold`` without ``--decision`` selects the threshold rule
+    (a threshold asked for is a threshold used, as in ``CpuLabeler``). Raises ``ValueError`` on a bad value."""
     from dripper_core.labelers.cpu.fit import TrainParams
+
+    names = (
+        "rounds",
+        "bags",
+        "threshold",
+        "min_confidence",
+        "min_page_confidence",
+        "decision",
+        "snippet_weight",
+    )
+    overrides = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+    if args.threshold is not None and args.decision is None:
+        overrides["decision"] = "threshold"
+    return TrainParams(threads=args.threads, backend=args.backend, **overrides)
+
+
+def run_train_labeler(args: argparse.Namespace) -> int:
     from dripper_core.labelers.cpu.train import train_labeler
     from dripper_core.labelers.cpu.training_set import iter_records
 
@@ -129,22 +154,8 @@ def run_train_labeler(args: argparse.Namespace) -> int:
         print(f"error: no such file: {', '.join(missing)}", file=sys.stderr)
         return 2
     excluded = {str(record.get("id")) for path in args.exclude_pages for record in iter_records(path)}
-    # Options left unset take TrainParams' defaults (named once, there).
-    overrides = {
-        name: getattr(args, name)
-        for name in (
-            "rounds",
-            "bags",
-            "threshold",
-            "min_confidence",
-            "min_page_confidence",
-            "decision",
-            "snippet_weight",
-        )
-        if getattr(args, name) is not None
-    }
     try:
-        params = TrainParams(threads=args.threads, backend=args.backend, **overrides)
+        params = train_params(args)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

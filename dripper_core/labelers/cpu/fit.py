@@ -35,6 +35,9 @@ __all__ = [
 class TrainParams:
     """Hyper-parameters of both stages (LightGBM names; the scikit-learn backend maps them).
 
+    The defaults are the shipped model's settings: ``dripper train-labeler`` without options trains it, and
+    the benches (``bench/cpu_labeler.py quality``, ``labeler_sweep.py``) measure it unless told otherwise.
+
     Attributes:
         rounds: Boosting rounds per stage.
         learning_rate: Shrinkage.
@@ -85,12 +88,12 @@ class TrainParams:
     two_stage: bool = True
     threads: int = 2
     backend: str = "auto"
-    bags: int = 3
+    bags: int = 1
     bag_sites: float = 0.8
-    threshold: float = 0.5
-    min_confidence: float = 0.7
-    decision: str = "threshold"
-    min_page_confidence: float = 0.0
+    threshold: float = 0.4
+    min_confidence: float = 0.85
+    decision: str = "expected_f1"
+    min_page_confidence: float = 0.85
     ignore_features: str = ""
 
     def __post_init__(self) -> None:

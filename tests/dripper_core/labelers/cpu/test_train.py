@@ -1,4 +1,5 @@
-"""Training on a handful of bundled pages: the command, and a model file that loads and labels."""
+"""Training on a handful of bundled pages: the command, its options, the shipped settings as defaults, and a
+model file that loads and labels."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dripper_core.cli_train import add_train_labeler_parser
+from dripper_core.cli_train import add_train_labeler_parser, train_params
+from dripper_core.labelers.cpu.fit import TrainParams
 from dripper_core.labelers.cpu.model import CpuLabeler, load_model
 from dripper_core.labelers.cpu.train import score_report
 from dripper_core.pipeline import extract
@@ -80,3 +82,29 @@ def test_block_scores_leave_snippet_pages_out():
     report = score_report([*pages, snippet], probabilities)
     assert report["all"]["pages"] == 2 and "source=snippets" not in report
     assert report["all"]["f1"] == pytest.approx(1.0)  # both full pages right; the snippet page not scored
+
+
+def test_the_defaults_are_the_shipped_models_settings():
+    """``dripper train-labeler`` without options, the quality bench and the sweep's base train the shipped
+    configuration: a change of TrainParams' defaults must come with a retrained model (or fail here)."""
+    from dataclasses import asdict
+
+    shipped = load_model().metadata["params"]
+    defaults = asdict(TrainParams())
+    machine = {"threads", "backend", "ignore_features"}  # how it was fitted, not what
+    assert {key: value for key, value in defaults.items() if key not in machine} == {
+        key: value for key, value in shipped.items() if key not in machine
+    }
+
+
+def test_a_threshold_asked_for_is_the_decision_rule():
+    parser = argparse.ArgumentParser()
+    add_train_labeler_parser(parser.add_subparsers(dest="command"))
+
+    def params(*options: str) -> TrainParams:
+        return train_params(parser.parse_args(["train-labeler", "--data", "d", "--output", "m", *options]))
+
+    assert params() == TrainParams(threads=2, backend="auto")
+    assert params("--threshold", "0.6").decision == "threshold"
+    assert params("--threshold", "0.6", "--decision", "expected_f1").decision == "expected_f1"
+    assert params("--bags", "2").bags == 2 and params("--bags", "2").decision == "expected_f1"

@@ -1,4 +1,5 @@
-"""``bench/cpu_labeler.py compare``: the leads of a quality run's per-page file, and over an earlier run."""
+"""``bench/cpu_labeler.py quality`` and ``compare``: a quality run end to end on sample pages, the leads of a
+quality run's per-page file and over an earlier run, and the gate table."""
 
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ def test_compare_prints_leads_over_baselines_and_the_previous_model(tmp_path, ca
 
 
 def test_gate_table_compares_declined_pages_with_the_models_own_labels():
-    bench = load_bench("cpu_labeler")
+    bench = load_bench("cpu_labeler_quality")
     declined = {"fallback_reason": "label_failed: low confidence: no block above 0.85 (best 0.6)"}
     records = []
     for index in range(4):
@@ -70,7 +71,7 @@ def test_gate_table_compares_declined_pages_with_the_models_own_labels():
 
 
 def test_gate_table_replays_other_gates_from_each_pages_best_confidence():
-    bench = load_bench("cpu_labeler")
+    bench = load_bench("cpu_labeler_quality")
     records = []
     # p0: declined at best 0.8 (the model's labels 0.5); p1: kept at best 0.9 (trafilatura 0.6 on it).
     pages = {
@@ -111,3 +112,37 @@ def test_gate_table_replays_other_gates_from_each_pages_best_confidence():
     assert "0.95 / 0.00: dev 0.750 (1, 100%)" in table  # p1 goes to the fallback: (0.9 + 0.6) / 2
     # p1's labels expect an F1 of 0.4: a page gate of 0.5 declines it whatever its best block (p0 passes).
     assert "0.70 / 0.50: dev 0.550 (2, 50%)" in table
+
+
+def test_quality_scores_every_page_out_of_fold_and_rescores_saved_fold_models(tmp_path, capsys):
+    bench = load_bench("cpu_labeler")
+    sample = REPO / "data" / "sample" / "pages.jsonl.gz"
+    common = ["quality", "--data", str(sample), "--limit", "24", "--folds", "3", "--workers", "1"]
+    common += ["--threads", "1", "--baselines", "trafilatura", "--resamples", "100"]
+    first, again, cv = tmp_path / "first.jsonl", tmp_path / "again.jsonl", tmp_path / "cv.pkl.gz"
+    summary = tmp_path / "summary.json"
+    argv = [*common, "--train-param", "rounds=10", "--save-cv", str(cv), "--pages-out", str(first)]
+    assert bench.main([*argv, "--out", str(summary)]) == 0
+    printed = capsys.readouterr().out
+    assert "model out-of-fold (site)" in printed and "trafilatura" in printed
+
+    rows = [json.loads(line) for line in first.read_text(encoding="utf-8").splitlines()]
+    by_row: dict[str, set[str]] = {}
+    for row in rows:
+        by_row.setdefault(row["extractor"], set()).add(row["id"])
+    # Every page gets a score in every row (the model's, its ungated labels, the baseline): none lost.
+    assert len(by_row["dripper:cpu-oof/md"]) == 24
+    assert by_row["dripper:cpu-oof/md"] == by_row["dripper:cpu-oof/ungated"] == by_row["trafilatura"]
+    config = json.loads(summary.read_text(encoding="utf-8"))["config"]
+    assert config["train_params"] == {"rounds": 10}
+    model_scores = [row["rouge_f1_norm"] for row in rows if row["extractor"] == "dripper:cpu-oof/md"]
+    assert all(0.0 <= score <= 1.0 for score in model_scores) and sum(model_scores) > 0
+
+    # The saved fold models re-score the same pages without refitting: the same page scores.
+    assert bench.main([*common, "--load-cv", str(cv), "--pages-out", str(again)]) == 0
+    rescored = [json.loads(line) for line in again.read_text(encoding="utf-8").splitlines()]
+
+    def scores(records):
+        return {(r["id"], r["extractor"]): r["rouge_f1_norm"] for r in records}
+
+    assert scores(rescored) == scores(rows)
