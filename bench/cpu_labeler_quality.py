@@ -40,7 +40,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from labeler_sweep import default_data  # noqa: E402
+from labeler_sweep import ARTICLE_FILES, default_data, lump_spec, lumped_sources  # noqa: E402
 
 from dripper_core.types import Page  # noqa: E402
 
@@ -162,7 +162,6 @@ def _score_chunk(records: list[dict], pages) -> list:
 
 
 _LEAD_ROW = "dripper:cpu-oof/md"  # the row whose lead over each baseline is bootstrapped
-_ARTICLE_FILES = ("dev", "dev_fundus")  # the article files, also bootstrapped as one set
 _PREVIOUS_ROW = "previous model"  # the out-of-fold row of an earlier run (compare --previous)
 
 
@@ -181,7 +180,7 @@ def run_quality(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     training = build_training_set(args.data, workers=args.workers, limit=args.limit, progress=True)
     # --lump-sources: several sources form one fold of --by source (held out together, named as one).
-    lumped = {source: name for name, sources in args.lump_sources for source in sources}
+    lumped = lumped_sources(args.lump_sources)
     for page in training.pages:
         page.source = lumped.get(page.source, page.source)
     if args.load_cv:
@@ -276,7 +275,7 @@ def _leads(page_records: Iterable[dict], resamples: int, previous: Iterable[dict
         per_page.setdefault(record["extractor"], {})[record["id"]] = record
         if record["extractor"] == _LEAD_ROW:
             page_sets.setdefault(f"file={record['file']}", []).append(record["id"])
-            if record["file"] in _ARTICLE_FILES:
+            if record["file"] in ARTICLE_FILES:
                 page_sets.setdefault("articles", []).append(record["id"])
     for record in previous:
         if record["extractor"] == _LEAD_ROW:
@@ -391,14 +390,6 @@ def _by_model(record: dict) -> bool:
     return str((record.get("info") or {}).get("extractor") or "").startswith("dripper:")
 
 
-def _lump(spec: str) -> tuple[str, list[str]]:
-    """A ``--lump-sources NAME=A,B`` value as ``(NAME, [A, B])``."""
-    name, _, sources = spec.partition("=")
-    if not name or not sources:
-        raise argparse.ArgumentTypeError(f"{spec!r}: give NAME=SOURCE,SOURCE")
-    return name, sources.split(",")
-
-
 def add_parsers(modes) -> None:
     """Add ``quality`` and ``compare`` to ``cpu_labeler.py``'s subcommands (``parser.add_subparsers()``)."""
     quality = modes.add_parser("quality", help="out-of-fold extraction scores beside the baselines")
@@ -409,7 +400,7 @@ def add_parsers(modes) -> None:
         "--lump-sources",
         action="append",
         default=[],
-        type=_lump,
+        type=lump_spec,
         metavar="NAME=SOURCE,SOURCE",
         help="with --by source: these sources are one fold, NAME (repeatable)",
     )

@@ -124,7 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--pages", type=int, default=10, help="worst pages listed")
     parser.add_argument("--min-chars", type=int, default=30, help="shortest wrong block listed")
     args = parser.parse_args(argv)
-    lumped = lumped_sources(parser, args.lump_sources)
+    lumped = lumped_sources(args.lump_sources)
 
     params = TrainParams(threads=args.threads)  # the shipped settings
     training, _ = load_training(args.data, args.cache, args.workers, args.limit)

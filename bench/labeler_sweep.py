@@ -50,7 +50,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-_ARTICLE_FILES = ("dev", "dev_fundus")
+ARTICLE_FILES = ("dev", "dev_fundus")  # the article files, also reported as one set
 # What the cached training set depends on besides the data: the code that simplifies, featurises, labels.
 _FEATURE_CODE = ("dripper_core/labelers/cpu", "dripper_core/simplify", "dripper_core/labelers/oracle.py")
 
@@ -118,7 +118,7 @@ def _groups(pages, files_of: Sequence[str]) -> dict[str, list[str]]:
     groups: dict[str, list[str]] = {}
     for page, file in zip(pages, files_of, strict=True):
         keys = [f"file={file}", f"source={page.source}"]
-        if file in _ARTICLE_FILES:
+        if file in ARTICLE_FILES:
             keys.append("articles")
         if page.page_type and page.source != "fundus":
             keys.append(f"page_type={page.page_type}")
@@ -186,22 +186,26 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", type=Path, nargs="+", default=default_data())
     parser.add_argument("--limit", type=int, default=None, help="pages per file")
     parser.add_argument("--by", choices=("site", "page", "source"), default="site")
-    parser.add_argument("--lump-sources", action="append", default=[], metavar="NAME=SOURCE,SOURCE")
+    parser.add_argument(
+        "--lump-sources", action="append", default=[], type=lump_spec, metavar="NAME=SOURCE,SOURCE"
+    )
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2, help="threads per model fit")
     parser.add_argument("--workers", type=int, default=2, help="processes building the training set")
     parser.add_argument("--cache", type=Path, default=None, help="keep the training set here (.pkl.gz)")
 
 
-def lumped_sources(parser: argparse.ArgumentParser, specs: Sequence[str]) -> dict[str, str]:
-    """``--lump-sources NAME=A,B`` values as {source: name} (one fold, one report row for A and B)."""
-    lumped: dict[str, str] = {}
-    for spec in specs:
-        name, _, sources = spec.partition("=")
-        if not name or not sources:
-            parser.error("--lump-sources takes NAME=SOURCE,SOURCE")
-        lumped.update(dict.fromkeys(sources.split(","), name))
-    return lumped
+def lump_spec(spec: str) -> tuple[str, list[str]]:
+    """A ``--lump-sources NAME=A,B`` value as ``(NAME, [A, B])`` (an argparse ``type``)."""
+    name, _, sources = spec.partition("=")
+    if not name or not sources:
+        raise argparse.ArgumentTypeError(f"{spec!r}: --lump-sources takes NAME=SOURCE,SOURCE")
+    return name, sources.split(",")
+
+
+def lumped_sources(lumps: Sequence[tuple[str, list[str]]]) -> dict[str, str]:
+    """Parsed ``--lump-sources`` values as {source: name} (one fold, one report row for A and B)."""
+    return {source: name for name, sources in lumps for source in sources}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -222,7 +226,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--previous", type=Path, default=None, help="--scores-out of an earlier run")
     parser.add_argument("--resamples", type=int, default=2000)
     args = parser.parse_args(argv)
-    lumped = lumped_sources(parser, args.lump_sources)
+    lumped = lumped_sources(args.lump_sources)
     # The base is the shipped model's settings (TrainParams' defaults) with --base over them.
     base_settings = {"threads": args.threads, **parse_key_values(args.base, "--base")}
     if args.seeds < 1:
