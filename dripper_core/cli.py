@@ -157,22 +157,19 @@ def _done_ids(path: Path) -> tuple[set[str], int]:
 
 
 def run_extract(args: argparse.Namespace) -> int:
-    from dripper_core.labelers import build_labeler
+    from dripper_core.cli_run import extractor_from_arguments
     from dripper_core.pipeline import ExtractOptions, Extractor
 
-    options = ExtractOptions(
-        fallback=None if args.fallback == "none" else args.fallback,
-        fallback_on_empty=args.fallback_on_empty,
-        batch_size=args.batch_size,
-        max_page_bytes=args.max_page_bytes,
+    spec = extractor_from_arguments(
+        args, None if args.fallback == "none" else args.fallback, args.fallback_on_empty
     )
-    labeler_options = parse_key_values(args.labeler_option, "--labeler-option")
+    options = ExtractOptions(batch_size=args.batch_size, max_page_bytes=args.max_page_bytes)
     source = PageSource(Path(args.input))
     to_stdout = args.output == "-"
     if args.resume and to_stdout:
         raise ValueError("--resume needs an output file, not stdout")
     done, kept = _done_ids(Path(args.output)) if args.resume else (set(), 0)
-    extractor = Extractor(build_labeler(args.labeler, **labeler_options), options)
+    extractor = Extractor.from_spec(spec, options)
     seen: dict[str, int] = {}
     duplicates: list[str] = []
 
@@ -233,6 +230,7 @@ def run_extract(args: argparse.Namespace) -> int:
         "pages_per_second": round(count / elapsed, 2) if elapsed else None,
         "by_extractor": dict(by_extractor),
         "fallback_reasons": dict(reasons),
+        **({"route": extractor.route_summary()} if extractor.route is not None else {}),
         "duplicate_ids": {"count": len(duplicates), "first": duplicates[:10], "policy": args.on_duplicate},
         "output": args.output,
     }
@@ -274,11 +272,10 @@ def _open_output(path: Path, append: bool = False):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from dripper_core.cli_run import add_extractor_arguments
     from dripper_core.cli_train import add_train_labeler_parser
     from dripper_core.config.extract import ExtractStageConfig
     from dripper_core.config.simplify import SimplifyStageConfig
-    from dripper_core.labelers import available_labelers
-    from dripper_core.pipeline import DEFAULT_LABELER
 
     parser = argparse.ArgumentParser(prog="dripper", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -287,13 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--input", required=True, help="JSONL(.gz) of {id, html, url} records, or an HTML file"
     )
     extract.add_argument("--output", required=True, help="output JSONL(.gz) path, or - for stdout")
-    extract.add_argument("--labeler", default=DEFAULT_LABELER, choices=available_labelers())
-    extract.add_argument(
-        "--labeler-option",
-        action="append",
-        metavar="KEY=VALUE",
-        help="labeler build option, repeatable (e.g. model=/models/MinerU-HTML, threshold=0.6)",
-    )
+    add_extractor_arguments(extract)
     ExtractStageConfig.add_arguments(extract, ["fallback", "fallback_on_empty", "batch_size"])
     extract.add_argument(
         "--format", default="json", choices=OUTPUT_FORMATS, help="which content fields to write"

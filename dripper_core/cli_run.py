@@ -16,6 +16,7 @@ import argparse
 import json
 import logging
 import sys
+from typing import Any
 
 from dripper_core.cli import parse_key_values
 
@@ -82,7 +83,6 @@ def _add_common_run_options(parser: argparse.ArgumentParser) -> None:
 def add_run_parser(commands) -> None:
     from dripper_core.config.extract import ExtractStageConfig
     from dripper_core.config.simplify import SimplifyStageConfig
-    from dripper_core.pipeline import DEFAULT_LABELER
 
     run = commands.add_parser(
         "run",
@@ -124,25 +124,49 @@ def add_run_parser(commands) -> None:
         default=None,
         help="the extractor's folder, holding extracted/ (default: ROOT/extractors/{extractor name})",
     )
-    extract.add_argument(
-        "--labeler",
-        default=DEFAULT_LABELER,
-        help=f"labeler name or module:factory (default {DEFAULT_LABELER})",
-    )
-    extract.add_argument(
-        "--labeler-option", action="append", metavar="KEY=VALUE", help="labeler build option, repeatable"
-    )
-    extract.add_argument(
-        "--extractor",
-        default=None,
-        metavar="SPEC",
-        help="an extractor spec instead of --labeler/--labeler-option/--fallback*: NAME=LABELER,key=value,… "
-        "(e.g. v10=vllm,model=/models/MinerU-HTML,answer_format=json), recorded in ROOT/_extractor.json",
-    )
+    add_extractor_arguments(extract)
     ExtractStageConfig.add_arguments(extract)
     _add_common_run_options(extract)
     extract.set_defaults(handler=run_extract_stage)
     add_later_stages(stages)
+
+
+def add_extractor_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--labeler``, ``--labeler-option`` and ``--extractor``: how ``dripper extract`` and ``dripper run
+    extract`` name what extracts (read back by :func:`extractor_from_arguments`)."""
+    from dripper_core.labelers.base import DEFAULT_LABELER
+
+    parser.add_argument(
+        "--labeler",
+        default=DEFAULT_LABELER,
+        help=f"labeler name or module:factory (default {DEFAULT_LABELER})",
+    )
+    parser.add_argument(
+        "--labeler-option", action="append", metavar="KEY=VALUE", help="labeler build option, repeatable"
+    )
+    parser.add_argument(
+        "--extractor",
+        default=None,
+        metavar="SPEC",
+        help="an extractor spec instead of --labeler/--labeler-option/--fallback*: NAME=LABELER,key=value,… "
+        "(e.g. v10=vllm,model=/models/MinerU-HTML,answer_format=json) or JSON, a cascade included: "
+        '{"name": "casc", "labeler": "cpu", "route": {"labeler": "vllm", "options": {"model": "/m"}, '
+        '"share": 0.3}}',
+    )
+
+
+def extractor_from_arguments(args: argparse.Namespace, fallback: Any, fallback_on_empty: bool) -> Any:
+    """The extractor spec the arguments of :func:`add_extractor_arguments` name, parsed and checked (the
+    labelers exist and take their options: nothing is built)."""
+    from dripper_core.config.extractor import check_labeler_options
+    from dripper_core.stages.corpus import extractor_spec
+
+    if args.extractor and args.labeler_option:
+        raise ValueError("give --extractor or --labeler/--labeler-option, not both")
+    options = None if args.extractor else parse_key_values(args.labeler_option, "--labeler-option")
+    spec = extractor_spec(args.extractor, args.labeler, options, fallback, fallback_on_empty)
+    check_labeler_options([spec])
+    return spec
 
 
 STAGE_EPILOG = """The extractor's folder is ROOT/extractors/{name} (dripper_core.layout), as extract and the DAGs
@@ -441,14 +465,12 @@ def run_simplify_stage(args: argparse.Namespace) -> int:
 
 def run_extract_stage(args: argparse.Namespace) -> int:
     from dripper_core.config.extract import ExtractStageConfig
-    from dripper_core.stages.corpus import extractor_spec
     from dripper_core.stages.extract import extract_with_spec
 
     progress = _configure_run_logging(args.quiet)
     stage = ExtractStageConfig.from_arguments(args)
     storage_options = parse_key_values(args.storage_option, "--storage-option") or None
-    options = None if args.extractor else parse_key_values(args.labeler_option, "--labeler-option")
-    spec = extractor_spec(args.extractor, args.labeler, options, stage.fallback, stage.fallback_on_empty)
+    spec = extractor_from_arguments(args, stage.fallback, stage.fallback_on_empty)
     report = extract_with_spec(
         args.input,
         spec,

@@ -15,14 +15,17 @@ import re
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from dripper_core.config.extract import ExtractStageConfig
 from dripper_core.config.simplify import SimplifyStageConfig
 from dripper_core.decode import decode_html
 from dripper_core.fallback import Fallback, build_fallback
-from dripper_core.labelers.base import DEFAULT_LABELER, BlockLabeler, LabelRequest, build_labeler
+from dripper_core.labelers.base import DEFAULT_LABELER, BlockLabeler, LabelRequest, Labels, build_labeler
 from dripper_core.markdown import MarkdownOptions, html_to_markdown
+from dripper_core.prompt import prompt_tokens_estimate
 from dripper_core.reconstruct import main_tree
+from dripper_core.routing import RouteCounts, RoutePolicy, route_score, select_routed
 from dripper_core.simplify import SimplifyOptions, simplify_html
 from dripper_core.types import ExtractResult, Page, SimplifiedPage
 
@@ -150,17 +153,66 @@ class _Work:
     stats: dict = field(default_factory=dict)
 
 
-class Extractor:
-    """A configured pipeline: a labeler, a fallback and options, reusable across batches."""
+@dataclass
+class Route:
+    """A cascade's second step: the labeler the least sure pages go to, and the rule that picks them.
 
-    def __init__(self, labeler: str | BlockLabeler = DEFAULT_LABELER, options: ExtractOptions | None = None):
+    ``labeler=None`` scores the pages and routes none: the extract stage's first step, whose shards record
+    each page's routing score for the step that routes them (:mod:`dripper_core.stages.cascade`).
+    """
+
+    labeler: BlockLabeler | None
+    policy: RoutePolicy | None = None
+
+
+class Extractor:
+    """A configured pipeline: a labeler, a fallback and options, reusable across batches.
+
+    With ``route`` it is a cascade: ``labeler`` labels every page, the pages it is least sure of (see
+    :mod:`dripper_core.routing`) are labelled again by ``route.labeler``, and each result's ``extractor``
+    names the labeler whose labels it holds. A routed page the second labeler fails on keeps the first
+    labeler's labels; the fallback runs only for pages left without labels by both. ``route_counts`` holds
+    what was routed so far (``stats["route"]``, ``stats["routed"]`` and ``stats["prompt_tokens_estimate"]``
+    on each scored page).
+    """
+
+    def __init__(
+        self,
+        labeler: str | BlockLabeler = DEFAULT_LABELER,
+        options: ExtractOptions | None = None,
+        route: Route | None = None,
+    ):
         self.options = options or ExtractOptions()
         self.labeler = build_labeler(labeler) if isinstance(labeler, str) else labeler
         self.fallback: Fallback | None = (
             build_fallback(self.options.fallback) if self.options.fallback else None
         )
         self.extractor_name = f"dripper:{self.labeler.name}"
-        self._simplify_options = replace(self.options.simplify, block_text=self.labeler.needs_block_text)
+        self.route = route
+        self.route_counts = RouteCounts()
+        # A labeler that reads block text needs it extracted at simplification (either step of a cascade).
+        needs_text = self.labeler.needs_block_text or bool(
+            route and route.labeler and route.labeler.needs_block_text
+        )
+        self._simplify_options = replace(self.options.simplify, block_text=needs_text)
+
+    @classmethod
+    def from_spec(cls, spec: Any, options: ExtractOptions | None = None) -> Extractor:
+        """The pipeline of an extractor spec (:class:`~dripper_core.config.extractor.ExtractorSpec`, a dict
+        or its text form): its labeler, its fallback settings over ``options``, and its route."""
+        from dripper_core.config.extractor import parse_extractor
+
+        spec = parse_extractor(spec)
+        options = replace(
+            options or ExtractOptions(), fallback=spec.fallback, fallback_on_empty=spec.fallback_on_empty
+        )
+        route = None
+        if spec.route is not None:
+            route = Route(
+                build_labeler(spec.route.labeler, **spec.route.options),
+                RoutePolicy(share=spec.route.share, below=spec.route.below),
+            )
+        return cls(build_labeler(spec.labeler, **spec.options), options, route)
 
     def extract_batch(self, pages: Sequence[Page]) -> list[ExtractResult]:
         """One result per page, in order."""
@@ -199,21 +251,79 @@ class Extractor:
     def _label_and_finish(self, work: list[_Work]) -> list[ExtractResult]:
         labelled = [item for item in work if item.result is None and item.needs_fallback is None]
         if labelled:
-            started = time.perf_counter()
-            answers = self.labeler([LabelRequest(item.page, item.simplified, item.text) for item in labelled])
-            share = (time.perf_counter() - started) / len(labelled)
+            answers = self._label(self.labeler, labelled, "label_seconds")
             for item, answer in zip(labelled, answers, strict=True):
-                item.stats["label_seconds"] = share
                 if answer.page_confidence is not None:
                     item.stats["page_confidence"] = answer.page_confidence
-                if answer.main is None:
-                    item.needs_fallback = f"label_failed: {answer.failure}"
-                else:
-                    self._build_output(item, answer.main, answer.confidence)
+            if self.route is None:
+                for item, answer in zip(labelled, answers, strict=True):
+                    self._accept(item, answer, self.extractor_name)
+            else:
+                self._cascade(labelled, answers)
         for item in work:
             if item.result is None:
                 self._run_fallback(item)
         return [item.result for item in work]
+
+    def _label(self, labeler: BlockLabeler, items: list[_Work], timing: str) -> list[Labels]:
+        started = time.perf_counter()
+        answers = labeler([LabelRequest(item.page, item.simplified, item.text) for item in items])
+        share = (time.perf_counter() - started) / len(items)
+        for item in items:
+            item.stats[timing] = share
+        return answers
+
+    def _accept(self, item: _Work, answer: Labels, extractor: str) -> None:
+        if answer.main is None:
+            item.needs_fallback = f"label_failed: {answer.failure}"
+        else:
+            self._build_output(item, answer.main, answer.confidence, extractor)
+
+    def _cascade(self, items: list[_Work], answers: list[Labels]) -> None:
+        """Route the least sure of ``items`` to the second labeler; keep the first labels on the others."""
+        keys = [(answer.main is None, route_score(answer)) for answer in answers]
+        counts = self.route_counts
+        chosen = set()
+        if self.route.labeler is not None:
+            chosen = set(select_routed(keys, self.route.policy, counts.pages, counts.routed))
+        routed = []
+        for index, (item, answer, (declined, score)) in enumerate(zip(items, answers, keys, strict=True)):
+            tokens = prompt_tokens_estimate(item.simplified.simplified_html)
+            item.stats.update(route=score, declined=declined, prompt_tokens_estimate=tokens)
+            if self.route.labeler is not None:
+                item.stats["routed"] = index in chosen
+            counts.pages += 1
+            counts.prompt_tokens += tokens
+            counts.declined += declined
+            if index in chosen:
+                counts.routed += 1
+                counts.routed_prompt_tokens += tokens
+                routed.append((item, answer))
+            else:
+                self._accept(item, answer, self.extractor_name)
+        if not routed:
+            return
+        second = self._label(self.route.labeler, [item for item, _ in routed], "route_label_seconds")
+        name = f"dripper:{self.route.labeler.name}"
+        for (item, first), answer in zip(routed, second, strict=True):
+            if answer.main is None:
+                # The LM could not take it: the first labeler's labels (or, declined, the fallback) stand.
+                counts.route_failed += 1
+                item.stats["route_failure"] = answer.failure
+                self._accept(item, first, self.extractor_name)
+            else:
+                self._build_output(item, answer.main, answer.confidence, name)
+
+    def route_summary(self) -> dict[str, Any] | None:
+        """What the cascade routed (``None`` without a route): pages and prompt tokens, and the second
+        labeler's own prompt-token count where it keeps one (LM labelers)."""
+        if self.route is None or self.route.labeler is None:
+            return None
+        summary: dict[str, Any] = {"labeler": self.route.labeler.name, **self.route_counts.as_dict()}
+        tokens = prompt_tokens_used(self.route.labeler)
+        if tokens is not None:
+            summary["lm_prompt_tokens"] = tokens
+        return summary
 
     def iter_extract(self, pages: Iterable[Page]) -> Iterator[ExtractResult]:
         """Stream results, labelling ``options.batch_size`` pages at a time."""
@@ -228,6 +338,8 @@ class Extractor:
 
     def close(self) -> None:
         self.labeler.close()
+        if self.route is not None and self.route.labeler is not None:
+            self.route.labeler.close()
 
     # -- steps ---------------------------------------------------------------------------------------
 
@@ -244,7 +356,9 @@ class Extractor:
             item.needs_fallback = prepared.problem
         return item
 
-    def _build_output(self, item: _Work, labels: list[bool], confidence: list[float] | None) -> None:
+    def _build_output(
+        self, item: _Work, labels: list[bool], confidence: list[float] | None, extractor: str
+    ) -> None:
         started = time.perf_counter()
         try:
             tree = main_tree(item.simplified, labels)
@@ -259,7 +373,7 @@ class Extractor:
             return
         html, markdown = self._render(tree)
         item.stats["render_seconds"] = time.perf_counter() - started
-        self._finish(item, markdown, html, labels, self.extractor_name, None)
+        self._finish(item, markdown, html, labels, extractor, None)
 
     def _render(self, tree) -> tuple[str, str]:
         if tree is None:
@@ -298,6 +412,13 @@ class Extractor:
             fallback_reason=reason,
             stats=item.stats,
         )
+
+
+def prompt_tokens_used(labeler: BlockLabeler) -> int | None:
+    """The prompt tokens an LM labeler has sent so far (its call planner's count), ``None`` for a labeler
+    that keeps no such count."""
+    planner = getattr(labeler, "planner", None)
+    return getattr(getattr(planner, "stats", None), "prompt_tokens", None)
 
 
 def _input_problem(text: str) -> str | None:

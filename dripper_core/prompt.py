@@ -16,6 +16,7 @@ the fallback.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from functools import cache
@@ -39,6 +40,16 @@ def _template(version: str) -> str:
 def build_prompt(simplified_html: str, version: str = "short_compact") -> str:
     """The user prompt for one page, exactly as upstream ``get_full_prompt(simplified_html, version)``."""
     return _template(version).replace(_PLACEHOLDER, simplified_html)
+
+
+#: Characters per token assumed by :func:`prompt_tokens_estimate` (a rough BPE ratio for HTML prompts).
+CHARS_PER_TOKEN = 3.5
+
+
+def prompt_tokens_estimate(simplified_html: str, version: str = "short_compact") -> int:
+    """A tokenizer-free estimate of a page's prompt tokens: ``ceil(prompt characters / 3.5)`` (the simplify
+    stage's ``prompt_tokens_estimate`` column and a cascade's routed-token accounting)."""
+    return math.ceil(len(build_prompt(simplified_html, version)) / CHARS_PER_TOKEN)
 
 
 @dataclass(frozen=True, slots=True)

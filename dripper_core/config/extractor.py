@@ -7,7 +7,10 @@ One spec format is read by ``corpus_build``, ``extractor_ablation``, ``extractio
     qwen=vllm,model=/models/MinerU-HTML,answer_format=json
     {"name": "v11", "labeler": "vllm", "options": {"model": "/models/v1.1"}, "fallback": "trafilatura"}
 
-or a YAML/JSON file holding a list of such entries (``extractors: [...]`` or a bare list).
+or a YAML/JSON file holding a list of such entries (``extractors: [...]`` or a bare list). A *cascade*
+sends the pages its labeler is least sure of to a second labeler (:class:`RouteSpec`)::
+
+    {"name": "casc", "labeler": "cpu", "route": {"labeler": "vllm", "options": {"model": "/m"}, "share": 0.3}}
 
 The name is unique within a run: it names the extractor's folder (``extractors/{name}/``) and its rows in
 the report. Structure is checked here (no heavy import; DAG files may import this module); the option names
@@ -36,6 +39,7 @@ __all__ = [
     "LM_LABELERS",
     "ExtractorSpec",
     "ExtractorSpecError",
+    "RouteSpec",
     "check_labeler_options",
     "load_extractor_file",
     "parse_extractor",
@@ -54,6 +58,92 @@ LABELER_PATTERN = r"^[A-Za-z0-9_.]+(:[A-Za-z0-9_.]+)?$"
 
 class ExtractorSpecError(ValueError):
     """An extractor spec that cannot run; the message names the extractor and the field."""
+
+
+def _check_required_options(labeler: str, options: Mapping[str, Any]) -> None:
+    """The options an LM labeler cannot run without, and a known answer format (structure only)."""
+    for option in _REQUIRED_OPTIONS.get(labeler, ()):
+        value = options.get(option)
+        if not isinstance(value, str) or not value.strip():
+            raise ValueError(
+                f"options.{option}: the {labeler} labeler needs {option} "
+                + (
+                    "(a local model folder or a Hugging Face id in the cache)"
+                    if option == "model"
+                    else "(the server's URL, http://host:port/v1)"
+                )
+            )
+    answer_format = options.get("answer_format")
+    if answer_format is not None and answer_format not in ANSWER_FORMATS:
+        close = difflib.get_close_matches(str(answer_format), ANSWER_FORMATS, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ValueError(
+            f"options.answer_format: {answer_format!r} is not one of {', '.join(ANSWER_FORMATS)}{hint}"
+        )
+
+
+def _labeler_needs_gpu(labeler: str, options: Mapping[str, Any], gpu: bool | None) -> bool:
+    if gpu is not None:
+        return gpu
+    if labeler == "vllm":
+        return True
+    return labeler == "torch" and str(options.get("device", "auto")) != "cpu"
+
+
+class RouteSpec(BaseModel):
+    """The second labeler of a cascade and which pages it gets.
+
+    The extractor's own labeler labels every page; the pages it is least sure of (lowest routing score:
+    ``Labels.route_score``, else ``Labels.page_confidence``; pages it declines first) go to this labeler.
+    Exactly one of ``share`` and ``below`` says which:
+
+    - ``share``: a budget, the least sure ``share`` of the pages the first labeler labelled, counted over
+      one shard in the extract stage and over the stream of one :class:`~dripper_core.pipeline.Extractor`
+      (``dripper extract``: each batch routes what keeps the routed count at ``round(share × pages so
+      far)``);
+    - ``below``: a threshold, every page whose score is below it (and every declined page).
+
+    A page this labeler fails on keeps the first labeler's result (its labels, or the fallback's output
+    for a declined page): nothing is labelled twice by the LM and nothing is lost.
+
+    Attributes:
+        labeler: A registered labeler or ``module:factory`` (``vllm``, ``openai``, ``torch``; ``oracle`` or
+            ``trafilatura`` to measure).
+        options: Its keyword options.
+        share: Budget: the share of pages routed, in (0, 1].
+        below: Threshold: pages scored below it are routed, in [0, 1].
+        gpu: Whether the routed step needs a GPU worker (``None``: by the labeler).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    labeler: str = Field(pattern=LABELER_PATTERN, description="Registered labeler or module:factory")
+    options: dict[str, Any] = Field(default_factory=dict, description="The labeler's keyword options")
+    share: float | None = Field(None, gt=0, le=1, description="Route the least sure share of the pages")
+    below: float | None = Field(None, ge=0, le=1, description="Route the pages scored below this")
+    gpu: bool | None = Field(None, description="The routed step needs a GPU worker (empty: by the labeler)")
+
+    @model_validator(mode="after")
+    def _one_rule(self) -> RouteSpec:
+        if (self.share is None) == (self.below is None):
+            raise ValueError(
+                "give exactly one of share (the least sure share of the pages, e.g. 0.3) and below "
+                f"(a routing score threshold, e.g. 0.9); got {'both' if self.share is not None else 'neither'}"
+            )
+        _check_required_options(self.labeler, self.options)
+        return self
+
+    @property
+    def needs_gpu(self) -> bool:
+        return _labeler_needs_gpu(self.labeler, self.options, self.gpu)
+
+    def describe(self) -> str:
+        rule = f"share {self.share:g}" if self.share is not None else f"below {self.below:g}"
+        options = ", ".join(
+            f"{key}={Path(str(value)).name if key == 'model' else value}"
+            for key, value in self.options.items()
+        )
+        return f"route {rule} to {self.labeler}" + (f" ({options})" if options else "")
 
 
 class ExtractorSpec(BaseModel):
@@ -82,6 +172,9 @@ class ExtractorSpec(BaseModel):
     gpu: bool | None = Field(
         None, description="Its extract tasks need a GPU worker (empty: vllm, and torch unless on cpu)"
     )
+    route: RouteSpec | None = Field(
+        None, description="Cascade: send the pages the labeler is least sure of to a second labeler"
+    )
 
     @field_validator("fallback", mode="before")
     @classmethod
@@ -90,24 +183,7 @@ class ExtractorSpec(BaseModel):
 
     @model_validator(mode="after")
     def _lm_options(self) -> ExtractorSpec:
-        for option in _REQUIRED_OPTIONS.get(self.labeler, ()):
-            value = self.options.get(option)
-            if not isinstance(value, str) or not value.strip():
-                raise ValueError(
-                    f"options.{option}: the {self.labeler} labeler needs {option} "
-                    + (
-                        "(a local model folder or a Hugging Face id in the cache)"
-                        if option == "model"
-                        else "(the server's URL, http://host:port/v1)"
-                    )
-                )
-        answer_format = self.options.get("answer_format")
-        if answer_format is not None and answer_format not in ANSWER_FORMATS:
-            close = difflib.get_close_matches(str(answer_format), ANSWER_FORMATS, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise ValueError(
-                f"options.answer_format: {answer_format!r} is not one of {', '.join(ANSWER_FORMATS)}{hint}"
-            )
+        _check_required_options(self.labeler, self.options)
         return self
 
     @property
@@ -118,14 +194,13 @@ class ExtractorSpec(BaseModel):
     def needs_gpu(self) -> bool:
         """Whether its extract tasks belong on a GPU worker (an LM engine in the worker: vllm, torch on CUDA;
         ``gpu`` says so for any labeler, a ``module:factory`` one included)."""
-        if self.gpu is not None:
-            return self.gpu
-        if self.labeler == "vllm":
-            return True
-        return self.labeler == "torch" and str(self.options.get("device", "auto")) != "cpu"
+        return _labeler_needs_gpu(self.labeler, self.options, self.gpu)
 
     def to_dict(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
+        data = self.model_dump(mode="json")
+        if data["route"] is None:
+            del data["route"]  # a plain extractor's recorded spec reads as it did before cascades
+        return data
 
     def describe(self) -> str:
         """One line for logs and the report: ``qwen = vllm (model=MinerU-HTML, answer_format=json)``."""
@@ -138,6 +213,8 @@ class ExtractorSpec(BaseModel):
             text += f", fallback {self.fallback or 'none'}"
         if self.fallback_on_empty:
             text += ", fallback on empty"
+        if self.route is not None:
+            text += f", {self.route.describe()}"
         return text if self.name == self.labeler and not options else f"{self.name} = {text}"
 
 
@@ -186,7 +263,10 @@ def _error_message(entry: Mapping[str, Any], error: ValidationError) -> str:
     for item in error.errors():
         field = ".".join(str(part) for part in item["loc"])
         message = item["msg"].removeprefix("Value error, ")
-        parts.append(f"{field}: {message}" if field and not message.startswith(field) else message)
+        if field and message.startswith("options."):  # a nested spec's option check: route.options.model
+            parts.append(f"{field}.{message}")
+        else:
+            parts.append(f"{field}: {message}" if field and not message.startswith(field) else message)
     return f"extractor {name!r}: " + "; ".join(parts)
 
 
@@ -244,40 +324,47 @@ def load_extractor_file(path: str | Path) -> list[ExtractorSpec]:
 
 
 def check_labeler_options(specs: Sequence[ExtractorSpec]) -> None:
-    """Check each spec's labeler exists, takes its option names and accepts their values (the labeler's
-    ``check_options``; imports the labeler registry only: no model is loaded, no engine started)."""
+    """Check each spec's labeler (and its route's) exists, takes its option names and accepts their values
+    (the labeler's ``check_options``; imports the labeler registry only: no model is loaded, no engine
+    started)."""
+    for spec in specs:
+        _check_labeler(spec.name, "", spec.labeler, spec.options)
+        if spec.route is not None:
+            _check_labeler(spec.name, "route.", spec.route.labeler, spec.route.options)
+
+
+def _check_labeler(name: str, field: str, labeler: str, options: Mapping[str, Any]) -> None:
     import inspect
 
     from dripper_core.labelers.base import _REGISTRY, _load_builtin_labelers
 
     _load_builtin_labelers()
-    for spec in specs:
-        if ":" in spec.labeler:
-            continue  # an import path: its factory is checked when it is built
-        factory = _REGISTRY.get(spec.labeler)
-        if factory is None:
-            close = difflib.get_close_matches(spec.labeler, _REGISTRY, n=3)
-            hint = f"; did you mean {', '.join(close)}?" if close else ""
-            raise ExtractorSpecError(
-                f"extractor {spec.name!r}: labeler: unknown labeler {spec.labeler!r} "
-                f"(known: {', '.join(sorted(_REGISTRY))}){hint}"
-            )
-        parameters = inspect.signature(factory).parameters
-        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
-            for option in spec.options:
-                if option not in parameters:
-                    close = difflib.get_close_matches(option, parameters, n=1)
-                    hint = f"; did you mean {close[0]!r}?" if close else ""
-                    raise ExtractorSpecError(
-                        f"extractor {spec.name!r}: options.{option}: the {spec.labeler} labeler takes no "
-                        f"option {option!r} (it takes {', '.join(parameters)}){hint}"
-                    )
-        check_values = getattr(factory, "check_options", None)
-        if check_values is not None:
-            try:
-                check_values(dict(spec.options))
-            except (TypeError, ValueError) as error:
-                raise ExtractorSpecError(f"extractor {spec.name!r}: options: {error}") from None
+    if ":" in labeler:
+        return  # an import path: its factory is checked when it is built
+    factory = _REGISTRY.get(labeler)
+    if factory is None:
+        close = difflib.get_close_matches(labeler, _REGISTRY, n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise ExtractorSpecError(
+            f"extractor {name!r}: {field}labeler: unknown labeler {labeler!r} "
+            f"(known: {', '.join(sorted(_REGISTRY))}){hint}"
+        )
+    parameters = inspect.signature(factory).parameters
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        for option in options:
+            if option not in parameters:
+                close = difflib.get_close_matches(option, parameters, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise ExtractorSpecError(
+                    f"extractor {name!r}: {field}options.{option}: the {labeler} labeler takes no "
+                    f"option {option!r} (it takes {', '.join(parameters)}){hint}"
+                )
+    check_values = getattr(factory, "check_options", None)
+    if check_values is not None:
+        try:
+            check_values(dict(options))
+        except (TypeError, ValueError) as error:
+            raise ExtractorSpecError(f"extractor {name!r}: {field}options: {error}") from None
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")

@@ -54,6 +54,8 @@ class Labels:
         raw_output: Optional raw model output, for debugging.
         page_confidence: Optional estimate of the page's quality in [0, 1] (the CPU labeler's expected
             character F1 of its labels); the pipeline records it as ``stats["page_confidence"]``.
+        route_score: Optional score a cascade ranks pages by (low: send to the second labeler); when
+            ``None`` the cascade ranks by ``page_confidence``.
     """
 
     main: list[bool] | None
@@ -61,6 +63,7 @@ class Labels:
     confidence: list[float] | None = None
     raw_output: str | None = None
     page_confidence: float | None = None
+    route_score: float | None = None
 
     @classmethod
     def failed(cls, reason: str) -> Labels:
@@ -157,12 +160,15 @@ def available_labelers() -> list[str]:
 
 
 def build_labeler(name: str, **options) -> BlockLabeler:
-    """Build the labeler registered as ``name`` with ``options``.
+    """Build the labeler registered as ``name``, or imported from ``module:factory``, with ``options``.
 
     Raises:
-        KeyError: unknown name, with the closest registered names.
+        KeyError: unknown name (with the closest registered names), or an import path that does not
+            import or does not build a :class:`BlockLabeler`.
         ValueError: an option the labeler does not take.
     """
+    if ":" in name:
+        return _build_imported(name, options)
     _load_builtin_labelers()
     if name not in _REGISTRY:
         close = difflib.get_close_matches(name, _REGISTRY, n=3)
@@ -174,6 +180,24 @@ def build_labeler(name: str, **options) -> BlockLabeler:
     except TypeError as error:
         raise ValueError(f"labeler {name!r}: {error}") from None
     return factory(**options)
+
+
+def _build_imported(path: str, options: Mapping[str, Any]) -> BlockLabeler:
+    """A labeler that lives outside this package: ``package.module:factory``."""
+    import importlib
+
+    module_name, _, attribute = path.partition(":")
+    try:
+        factory = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as error:
+        raise KeyError(
+            f"labeler {path!r}: cannot import {attribute!r} from {module_name!r} ({error}); "
+            "give a registered name or module:factory"
+        ) from error
+    labeler = factory(**options)
+    if not isinstance(labeler, BlockLabeler):
+        raise KeyError(f"labeler {path!r} built a {type(labeler).__name__}, not a BlockLabeler")
+    return labeler
 
 
 #: The labeler used when none is named: the shipped CPU model (no GPU, no download).

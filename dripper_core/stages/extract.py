@@ -31,7 +31,6 @@ each worker process builds its labeler once and reuses it for all its shards.
 from __future__ import annotations
 
 import atexit
-import importlib
 import json
 import logging
 import os
@@ -58,7 +57,9 @@ __all__ = [
     "EXTRACTED_STAGE",
     "ExtractStageOptions",
     "build_stage_labeler",
+    "cached_extractor",
     "close_stage_extractors",
+    "count_row",
     "extract_shard",
     "extract_stage",
     "extract_with_spec",
@@ -84,12 +85,15 @@ class ExtractStageOptions:
         fallback: Fallback name, or ``None`` for none.
         fallback_on_empty: Also fall back when no block is labelled main.
         compression: Parquet codec.
+        score_routes: Record each labelled page's routing score (``stats["route"]``, ``stats["declined"]``,
+            ``stats["prompt_tokens_estimate"]``): the first step of a cascade.
     """
 
     batch_size: int = ExtractStageConfig.default("batch_size")
     fallback: str | None = ExtractStageConfig.default("fallback")
     fallback_on_empty: bool = ExtractStageConfig.default("fallback_on_empty")
     compression: str = "zstd"
+    score_routes: bool = False
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -133,19 +137,6 @@ def build_stage_labeler(spec: str | BlockLabeler, options: dict[str, Any] | None
     instance (returned as is)."""
     if isinstance(spec, BlockLabeler):
         return spec
-    if ":" in spec:
-        module_name, _, attribute = spec.partition(":")
-        try:
-            factory = getattr(importlib.import_module(module_name), attribute)
-        except (ImportError, AttributeError) as error:
-            raise KeyError(
-                f"labeler {spec!r}: cannot import {attribute!r} from {module_name!r} ({error}); "
-                "give a registered name or module:factory"
-            ) from error
-        labeler = factory(**(options or {}))
-        if not isinstance(labeler, BlockLabeler):
-            raise KeyError(f"labeler {spec!r} built a {type(labeler).__name__}, not a BlockLabeler")
-        return labeler
     from dripper_core.labelers.base import build_labeler
 
     return build_labeler(spec, **(options or {}))
@@ -159,19 +150,28 @@ def _extractor(
 ):
     """The pipeline for a labeler spec; built once per process for named labelers (a GPU engine is
     expensive to start, and a Dask worker runs many shards)."""
-    from dripper_core.pipeline import ExtractOptions, Extractor
+    from dripper_core.pipeline import ExtractOptions, Extractor, Route
 
     pipeline_options = ExtractOptions(
         fallback=options.fallback, fallback_on_empty=options.fallback_on_empty, batch_size=options.batch_size
     )
+    route = Route(None) if options.score_routes else None
     if isinstance(spec, BlockLabeler):
-        return Extractor(spec, pipeline_options)
+        return Extractor(spec, pipeline_options, route)
     key = json.dumps([spec, labeler_options or {}, asdict(options)], sort_keys=True, default=str)
+    return cached_extractor(
+        key, lambda: Extractor(build_stage_labeler(spec, labeler_options), pipeline_options, route)
+    )
+
+
+def cached_extractor(key: str, build: Any) -> Any:
+    """The pipeline this process built for ``key`` (``build()`` the first time): one labeler, e.g. one GPU
+    engine, per worker process for all its shards; :func:`close_stage_extractors` closes them."""
     if key not in _EXTRACTORS:
         if not _EXTRACTORS:
             # An LM engine's own processes (vLLM's engine core) outlive this one unless it is closed.
             atexit.register(close_stage_extractors)
-        _EXTRACTORS[key] = Extractor(build_stage_labeler(spec, labeler_options), pipeline_options)
+        _EXTRACTORS[key] = build()
     return _EXTRACTORS[key]
 
 
@@ -299,6 +299,18 @@ def _result_row(result: Any, row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def count_row(stats: ShardStats, extractor: str, fallback_reason: str | None) -> None:
+    """Account one extracted row: in and out, by extractor, and by fallback (or no-output) reason kind."""
+    stats.rows_in += 1
+    stats.rows_out += 1
+    stats.count(f"extractor:{extractor}")
+    kind = fallback_reason.split(":", 1)[0] if fallback_reason else None
+    if extractor == "none":
+        stats.count(f"no_output:{kind}")
+    elif kind is not None:
+        stats.fallback(kind)
+
+
 def _produce_results(
     source: str,
     extractor: Any,
@@ -322,14 +334,7 @@ def _produce_results(
                 raise RuntimeError(
                     f"{source}: result for {result.doc_id!r} where {row['doc_id']!r} was expected"
                 )
-            stats.rows_in += 1
-            stats.rows_out += 1
-            stats.count(f"extractor:{result.extractor}")
-            kind = result.fallback_reason.split(":", 1)[0] if result.fallback_reason else None
-            if result.extractor == "none":
-                stats.count(f"no_output:{kind}")
-            elif kind is not None:
-                stats.fallback(kind)
+            count_row(stats, result.extractor, result.fallback_reason)
             rows.append(_result_row(result, row))
         yield pa.RecordBatch.from_pylist(rows, schema=schema)
 
@@ -343,8 +348,10 @@ def extract_shard(
     options: ExtractStageOptions | None = None,
     storage_options: dict[str, Any] | None = None,
     force: bool = False,
+    stage: str = EXTRACTED_STAGE,
 ) -> ShardResult:
-    """Extract simplified shard ``shard_index`` of ``input_root`` into ``{output_root}/extracted/``.
+    """Extract simplified shard ``shard_index`` of ``input_root`` into ``{output_root}/{stage}/``
+    (``extracted/``; a cascade's first step writes ``cascade_first/``).
 
     Skipped when the marker exists. Runs anywhere: in-process or as a Dask task.
     """
@@ -353,7 +360,7 @@ def extract_shard(
     source = reader.url(reader.shard_path(shard_index))
     extractor = _extractor(labeler, labeler_options, options)
     return run_streaming_shard(
-        join_path(str(output_root), EXTRACTED_STAGE),
+        join_path(str(output_root), stage),
         shard_index,
         extracted_schema(),
         lambda stats: _produce_results(source, extractor, options, storage_options, stats),
@@ -384,6 +391,7 @@ def extract_stage(
     progress: bool | None = None,
     raise_on_failure: bool = True,
     task_resources: dict[str, float] | None = None,
+    stage: str = EXTRACTED_STAGE,
 ) -> StageReport:
     """Run the extract stage over the finished simplified shards of ``input_root``.
 
@@ -404,6 +412,8 @@ def extract_stage(
         raise_on_failure: Raise :class:`StageError` when a shard failed (after summarising the others).
         task_resources: Dask worker resources each shard task needs on an external cluster (``{"GPU": 1}``
             for an LM labeler: :func:`extract_with_spec` asks for it when the spec needs a GPU).
+        stage: The output folder under ``output_root`` (``extracted``; ``cascade_first`` for the first step
+            of a cascade).
     """
     options = options or ExtractStageOptions()
     output_root = str(output_root or input_root)
@@ -434,8 +444,18 @@ def extract_stage(
         ShardTask(
             index,
             extract_shard,
-            (str(input_root), output_root, index, labeler, labeler_options, options, storage_options, force),
-            stage_dir=join_path(output_root, EXTRACTED_STAGE),
+            (
+                str(input_root),
+                output_root,
+                index,
+                labeler,
+                labeler_options,
+                options,
+                storage_options,
+                force,
+                stage,
+            ),
+            stage_dir=join_path(output_root, stage),
             marker_extra={"inputs": [source_stage.url(source_stage.shard_path(index))]},
             storage_options=storage_options,
             resources=task_resources,
@@ -443,7 +463,7 @@ def extract_stage(
         for index in shards
     ]
     results, failures = run_shard_tasks(
-        EXTRACTED_STAGE,
+        stage,
         tasks,
         workers=workers,
         scheduler=scheduler,
@@ -452,7 +472,7 @@ def extract_stage(
         worker_cleanup=close_stage_extractors,
     )
     report = StageReport(
-        stage=EXTRACTED_STAGE,
+        stage=stage,
         root=output_root,
         shards=len(shards),
         written=sum(r.status == "written" for r in results),
@@ -501,6 +521,7 @@ def extract_with_spec(
     """The extract stage for one extractor spec, in the run layout: ``{input_root}/extractors/{name}/``
     unless ``output_root`` is given, with the spec recorded there (:func:`record_extractor` refuses a folder
     holding another spec unless ``force``). What ``dripper run extract`` and the Airflow extract task run.
+    A cascade spec (with ``route``) runs in two steps, :func:`dripper_core.stages.cascade.extract_cascade`.
 
     Args:
         input_root: The run root holding ``simplified/``.
@@ -519,6 +540,18 @@ def extract_with_spec(
     check_labeler_options([spec])
     output_root = output_root or RunLayout(str(input_root)).extractor(spec.name).root
     record_extractor(output_root, spec, storage_options, force=force)
+    if spec.route is not None:
+        from dripper_core.stages.cascade import extract_cascade
+
+        return extract_cascade(
+            input_root,
+            output_root,
+            spec,
+            batch_size=batch_size,
+            storage_options=storage_options,
+            force=force,
+            **stage_options,
+        )
     return extract_stage(
         input_root,
         output_root,

@@ -52,7 +52,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 #: Stage folders in pipeline order (the run summary lists them in this order).
-STAGE_ORDER = ("simplified", "extracted")
+STAGE_ORDER = ("simplified", "cascade_first", "extracted")
 
 
 class StageError(RuntimeError):

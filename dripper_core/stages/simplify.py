@@ -77,8 +77,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 SIMPLIFIED_STAGE = "simplified"
-#: Characters per token assumed by ``prompt_tokens_estimate``.
-CHARS_PER_TOKEN = 3.5
 _GLOB_CHARS = frozenset("*?[")
 
 
@@ -294,7 +292,7 @@ class _Rows:
 
 def _page_row(warc_page: Any, options: SimplifyStageOptions, extract_options: Any) -> dict[str, Any]:
     from dripper_core.pipeline import prepare_page
-    from dripper_core.prompt import build_prompt
+    from dripper_core.prompt import CHARS_PER_TOKEN, build_prompt
 
     prepared = prepare_page(warc_page.to_page(), extract_options)
     simplified = prepared.simplified

@@ -98,7 +98,7 @@ def test_unknown_labeler_option_is_a_clear_error(tmp_path, capsys):
     page.write_text(ARTICLE, encoding="utf-8")
     args = ["extract", "--input", str(page), "--output", "-", "--labeler", "cpu"]
     assert main([*args, "--labeler-option", "temperature=0.5"]) == 2
-    assert "labeler 'cpu'" in capsys.readouterr().err
+    assert "the cpu labeler takes no option 'temperature'" in capsys.readouterr().err
 
 
 # -- bad input and interruptions ----------------------------------------------------------------------------
@@ -194,3 +194,26 @@ def test_an_interrupted_extract_is_completed_by_resume(tmp_path, signal_number):
     drop = ("seconds",)
     by_id = {r["id"]: {k: v for k, v in r.items() if k not in drop} for r in _records(reference)}
     assert {r["id"]: {k: v for k, v in r.items() if k not in drop} for r in records} == by_id
+
+
+def test_extract_takes_a_cascade_spec_and_says_who_labelled_each_page(tmp_path, capsys):
+    """The oracle stands in for the LM: a 30% budget routes 30% of the bundled pages, least sure first."""
+    sample = Path(__file__).resolve().parents[2] / "data" / "sample" / "pages.jsonl.gz"
+    out = tmp_path / "casc.jsonl"
+    spec = {"name": "casc", "labeler": "cpu", "route": {"labeler": "oracle", "share": 0.3}}
+    assert (
+        main(["extract", "--input", str(sample), "--output", str(out), "--extractor", json.dumps(spec)]) == 0
+    )
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    summary = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
+    scored = [r for r in records if "routed" in r["stats"]]
+    routed = [r for r in scored if r["stats"]["routed"]]
+    assert len(scored) == summary["route"]["pages_scored"] >= 50
+    assert abs(len(routed) / len(scored) - 0.3) <= 0.02
+    assert {r["extractor"] for r in routed} == {"dripper:oracle"}
+    assert {r["extractor"] for r in scored if not r["stats"]["routed"]} <= {"dripper:cpu", "trafilatura"}
+    assert max(r["stats"]["route"] for r in routed) <= min(
+        r["stats"]["route"] for r in scored if not r["stats"]["routed"]
+    )
+    assert summary["route"]["pages_routed"] == len(routed)
+    assert summary["by_extractor"]["dripper:oracle"] == len(routed)

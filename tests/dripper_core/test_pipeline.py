@@ -115,3 +115,79 @@ def test_unknown_labeler_and_fallback_names_are_clear_errors():
         Extractor("orcale")
     with pytest.raises(KeyError, match="did you mean trafilatura"):
         Extractor(AllMain(), ExtractOptions(fallback="trafilatur"))
+
+
+class Scored(BlockLabeler):
+    """All main, with page confidences from the page's id (``p07`` → 0.07); ``decline`` ids get no labels."""
+
+    name = "scored"
+
+    def __init__(self, decline=()):
+        super().__init__()
+        self.decline = set(decline)
+
+    def label_batch(self, requests):
+        answers = []
+        for request in requests:
+            confidence = int(request.page.doc_id[1:]) / 100
+            if request.page.doc_id in self.decline:
+                answers.append(Labels(None, failure="low confidence", page_confidence=confidence))
+            else:
+                answers.append(Labels([True] * request.simplified.n_blocks, page_confidence=confidence))
+        return answers
+
+
+class Recording(BlockLabeler):
+    """All main; remembers which pages it saw; fails the ``fail`` ids."""
+
+    name = "second"
+
+    def __init__(self, fail=()):
+        super().__init__()
+        self.seen: list[str] = []
+        self.fail = set(fail)
+
+    def label_batch(self, requests):
+        self.seen += [request.page.doc_id for request in requests]
+        return [
+            Labels.failed("too long")
+            if r.page.doc_id in self.fail
+            else Labels([True] * r.simplified.n_blocks)
+            for r in requests
+        ]
+
+
+def test_a_cascade_routes_the_least_sure_pages_and_names_who_labelled_each():
+    from dripper_core.pipeline import Route
+    from dripper_core.routing import RoutePolicy
+
+    pages = [Page(doc_id=f"p{i:02d}", html=ARTICLE) for i in (90, 10, 50, 95, 20, 70, 30, 99, 60, 80)]
+    second = Recording(fail={"p20"})
+    extractor = Extractor(Scored(decline={"p95"}), route=Route(second, RoutePolicy(share=0.4)))
+    results = {r.doc_id: r for r in extractor.extract_batch(pages)}
+    # The declined page first, then the least sure; sent in page order.
+    assert second.seen == ["p10", "p95", "p20", "p30"]
+    assert results["p10"].extractor == "dripper:second" and results["p95"].extractor == "dripper:second"
+    # The second labeler failed: the first labels stand, and the failure is recorded.
+    assert (
+        results["p20"].extractor == "dripper:scored" and results["p20"].stats["route_failure"] == "too long"
+    )
+    assert results["p90"].extractor == "dripper:scored" and results["p90"].stats["routed"] is False
+    assert results["p10"].stats["route"] == 0.1 and results["p10"].stats["page_confidence"] == 0.1
+    summary = extractor.route_summary()
+    assert (summary["pages_scored"], summary["pages_routed"], summary["route_failed"]) == (10, 4, 1)
+    assert summary["declined"] == 1 and 0 < summary["token_share_routed"] < 1
+
+
+def test_a_declined_page_falls_back_only_when_the_second_labeler_fails_too():
+    from dripper_core.pipeline import Route
+    from dripper_core.routing import RoutePolicy
+
+    pages = [Page(doc_id="p40", html=ARTICLE), Page(doc_id="p50", html=ARTICLE)]
+    extractor = Extractor(
+        Scored(decline={"p40", "p50"}), route=Route(Recording(fail={"p40"}), RoutePolicy(below=0.1))
+    )
+    first, second = extractor.extract_batch(pages)
+    assert first.extractor == "trafilatura" and first.fallback_reason == "label_failed: low confidence"
+    assert first.stats["route_failure"] == "too long"
+    assert second.extractor == "dripper:second" and second.fallback_reason is None

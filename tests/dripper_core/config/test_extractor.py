@@ -179,3 +179,54 @@ def test_a_recorded_spec_is_the_same_spec_whatever_the_placement_or_an_added_fie
         parse_extractor("v=vllm,model=/m").needs_gpu
         and not parse_extractor("v=vllm,model=/m,gpu=false").needs_gpu
     )
+
+
+CASCADE = {"name": "casc", "labeler": "cpu", "route": {"labeler": "oracle", "share": 0.3}}
+
+
+def test_a_cascade_spec_in_its_json_form():
+    spec = parse_extractor(json.dumps(CASCADE))
+    assert spec.route.labeler == "oracle" and spec.route.share == 0.3 and spec.route.below is None
+    assert not spec.needs_gpu and not spec.route.needs_gpu
+    lm = parse_extractor(
+        {
+            "name": "c",
+            "labeler": "cpu",
+            "route": {"labeler": "vllm", "options": {"model": "/m/x"}, "below": 0.9},
+        }
+    )
+    assert lm.route.needs_gpu and not lm.needs_gpu  # the first step stays on CPU workers
+    assert lm.describe() == "c = cpu, route below 0.9 to vllm (model=x)"
+    assert parse_extractor(lm.to_dict()) == lm
+    check_labeler_options([spec, lm])
+
+
+@pytest.mark.parametrize(
+    ("route", "message"),
+    [
+        ({"share": 0.3}, r"extractor 'casc': route\.labeler: Field required"),
+        ({"labeler": "oracle"}, r"extractor 'casc': route: give exactly one of share .* got neither"),
+        ({"labeler": "oracle", "share": 0.3, "below": 0.9}, r"route: give exactly one of share .* got both"),
+        ({"labeler": "oracle", "share": 0}, r"route\.share: Input should be greater than 0"),
+        ({"labeler": "oracle", "share": 1.5}, r"route\.share: Input should be less than or equal to 1"),
+        ({"labeler": "oracle", "below": -1}, r"route\.below: Input should be greater than or equal to 0"),
+        ({"labeler": "vllm", "share": 0.3}, r"route\.options\.model: the vllm labeler needs model"),
+        ({"labeler": "oracle", "share": 0.3, "budget": 1}, r"route\.budget: Extra inputs are not permitted"),
+    ],
+)
+def test_cascade_errors_name_the_route_field(route, message):
+    with pytest.raises(ExtractorSpecError, match=message):
+        parse_extractor({**CASCADE, "route": route})
+
+
+def test_a_route_labeler_is_checked_like_the_first():
+    with pytest.raises(ExtractorSpecError, match=r"'casc': route\.labeler: unknown labeler 'orcle'.*oracle"):
+        check_labeler_options([parse_extractor({**CASCADE, "route": {"labeler": "orcle", "share": 0.3}})])
+    with pytest.raises(ExtractorSpecError, match=r"'casc': route\.options\.thresold: .*'threshold'"):
+        check_labeler_options(
+            [
+                parse_extractor(
+                    {**CASCADE, "route": {"labeler": "cpu", "options": {"thresold": 1}, "share": 1}}
+                )
+            ]
+        )

