@@ -146,10 +146,13 @@ def html_to_markdown(
     if root is None or not isinstance(root.tag, str):
         return ""
     try:
-        return _Writer(options, url).run(root)
+        markdown = _Writer(options, url).run(root)
     except Exception as exc:  # a converter bug must not lose the page: fall back to its plain text
         logger.warning("html_to_markdown: %s: %s; writing plain text instead", type(exc).__name__, exc)
-        return "\n\n".join(" ".join(t.split()) for t in root.itertext() if not t.isspace())
+        markdown = "\n\n".join(" ".join(t.split()) for t in root.itertext() if not t.isspace())
+    # A tree (the reconstructed main content) may hold control characters the page had as raw bytes or as
+    # references (&#26;); parsed text has them removed already. No corpus wants them.
+    return _CONTROL_RE.sub("", markdown) if root is main_html else markdown
 
 
 # ---- parsing --------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Simplification: raw HTML → the model's Simplified HTML and the aligned mapping view.
 
 The model input is byte-compatible with ``mineru-html`` 1.1.2's ``simplify_html`` (the format the released
-MinerU-HTML weights expect); see ``tests/dripper_core/test_simplify_conformance.py`` for the measured
+MinerU-HTML weights expect); see ``tests/dripper_core/simplify/test_conformance.py`` for the measured
 agreement and README "Deliberate differences from upstream" for where and why it differs.
 """
 
@@ -39,7 +39,7 @@ __all__ = ["EmptyDocumentError", "SimplifyOptions", "simplify_html", "ITEM_ID_AT
 
 _FULL_DOCUMENT = re.compile(r"^\s*<(?:html|!doctype)", re.IGNORECASE)
 _ROUND_TRIP_PARSER = etree.HTMLParser()
-# XML-incompatible characters (segment.XML_INCOMPATIBLE): searching the page for each with ``in`` is a
+# XML-incompatible characters (segment.XML_INCOMPATIBLE): searching the markup for each with ``in`` is a
 # memchr per character (none at all for U+FFFE/U+FFFF in a page of narrower characters), several times
 # faster than a regex character class over the text, and twice as fast as searching its UTF-8 encoding.
 _XML_INCOMPATIBLE = tuple(
@@ -47,8 +47,15 @@ _XML_INCOMPATIBLE = tuple(
 )
 
 
-def _may_hold_xml_incompatible(html: str) -> bool:
-    return any(character in html for character in _XML_INCOMPATIBLE)
+def _may_hold_xml_incompatible(markup: str, repaired: bool) -> bool:
+    """Whether the tree parsed from ``markup`` may hold an XML-incompatible character.
+
+    They come as raw characters or as character references (``&#26;``, ``&#x0B;``); both parsers decode
+    a reference to a control character into the tree as is. lexbor's markup (``repaired``) holds every
+    such character decoded (``&#0;`` and lone surrogates as U+FFFD), so searching it finds both forms;
+    markup libxml2 parses unrepaired may hold them as references, so any numeric reference counts.
+    """
+    return any(character in markup for character in _XML_INCOMPATIBLE) or (not repaired and "&#" in markup)
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,7 +203,7 @@ def simplify_html(
     processing, counterpart = processing_copy(original)
     hidden_removed = clean_processing_dom(processing)
     empty_containers = EmptyContainers(processing)
-    segmenter = Segmenter(processing, counterpart, _may_hold_xml_incompatible(html))
+    segmenter = Segmenter(processing, counterpart, _may_hold_xml_incompatible(markup, names_lowercased))
     candidates = segmenter.run(processing)
     # Only pages annotated with cc-select (WebMainBench's) have it to copy onto blocks: one search of the
     # page spares one per block on all others. A substring search of lexbor's markup (attribute names in
@@ -218,11 +225,18 @@ def simplify_html(
             continue
         # Only runs are aligned through the refs their tree carries.
         shape = ItemShape.of(item) if candidate.kind is not ItemKind.BLOCK else None
-        prune_attributes(item)
-        shorten_lists(item)
-        if not has_content(item):
+        try:
+            prune_attributes(item, rewrite=candidate.holds_xml_incompatible)
+            shorten_lists(item)
+            if not has_content(item):
+                continue
+            cut_text(item, options.cutoff_length)
+        except ValueError:
+            if not candidate.holds_xml_incompatible:
+                raise
+            # U+FFFE/U+FFFF survive the round trip and lxml refuses them where upstream sets them: dropped.
+            segmenter.skipped_xml_incompatible += 1
             continue
-        cut_text(item, options.cutoff_length)
         item_id = len(mapped) + 1
         item.set(ITEM_ID_ATTR, str(item_id))
         try:

@@ -15,8 +15,13 @@ _KEPT_ATTRS = ("class", "id")
 _LISTS = ("ul", "ol", "dl")
 
 
-def prune_attributes(item: etree._Element) -> None:
-    """Keep ``class`` and ``id`` everywhere, plus ``src`` (unless a data URI) and ``alt`` on images."""
+def prune_attributes(item: etree._Element, rewrite: bool = False) -> None:
+    """Keep ``class`` and ``id`` everywhere, plus ``src`` (unless a data URI) and ``alt`` on images.
+
+    ``rewrite`` sets every kept value again even where nothing changes, as upstream does: then a value
+    holding a character lxml refuses from Python (U+FFFE, U+FFFF, which upstream's round trip keeps)
+    raises ``ValueError`` here as it does upstream, where that drops the item.
+    """
     for element in item.iter(etree.Element):
         attrib = element.attrib
         if not attrib:
@@ -27,7 +32,8 @@ def prune_attributes(item: etree._Element) -> None:
             kept = [("src", src)] if src and not src.startswith("data:image/") else []
             kept += [(name, attrib.get(name, "").strip()) for name in _KEPT_IMG_ATTRS]
         elif (
-            len(items) == 1
+            not rewrite
+            and len(items) == 1
             and items[0][0] in _KEPT_ATTRS
             and (value := items[0][1])
             and value.strip() == value
@@ -36,7 +42,7 @@ def prune_attributes(item: etree._Element) -> None:
         else:
             kept = [(name, attrib.get(name, "").strip()) for name in _KEPT_ATTRS]
         kept = [(name, value) for name, value in kept if value]
-        if items != kept:  # most already hold exactly what is kept, in that order
+        if rewrite or items != kept:  # most already hold exactly what is kept, in that order
             attrib.clear()
             attrib.update(kept)
 

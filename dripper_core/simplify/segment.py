@@ -18,9 +18,11 @@ from dripper_core.simplify.tags import INLINE_TAGS, NO_BLOCK_TAGS, TABLE_STRUCTU
 _HTML_FACTORY = etree.HTMLParser()
 XML_INCOMPATIBLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 """Characters lxml refuses in a string it is given (``ValueError: All strings must be XML compatible``),
-though its parser keeps them in the tree. Upstream builds each item by setting the element's text and
-attributes from Python, so an item whose own text, own attributes or run texts hold one is dropped there;
-deeper ones are deep-copied, and its serialise-and-reparse step turns them into U+FFFD."""
+though its parser keeps them in the tree, whether the page holds them raw or as character references
+(``&#26;``). Upstream builds each item by setting the element's text and attributes from Python, so an
+item whose own text, own attributes or run texts hold one is dropped there; deeper ones are deep-copied,
+and its serialise-and-reparse step turns them into U+FFFD (all but U+FFFE/U+FFFF, which drop the item
+where upstream sets them again: kept attributes, cut texts)."""
 REF_ATTR = "data-dripper-ref"
 """Marks an item's root and direct children with the index of their original element (like upstream's
 ``data-uid``) so the item can be aligned with the original DOM after its round trip through the parser."""
@@ -242,7 +244,7 @@ class Segmenter:
     def _emit_run(self, node: etree._Element, run: list[tuple[str, object]], final: bool) -> None:
         holds_incompatible = False
         if self.xml_incompatible:
-            if any(kind != "element" and XML_INCOMPATIBLE.search(item) for kind, item in run):
+            if _sets_incompatible(run):
                 self.skipped_xml_incompatible += 1  # upstream fails to set such a text: the run is dropped
                 return
             holds_incompatible = any(
@@ -317,6 +319,23 @@ class Segmenter:
                 holds_xml_incompatible,
             )
         )
+
+
+def _sets_incompatible(run: list[tuple[str, object]]) -> bool:
+    """Whether upstream, building the run, sets a text lxml refuses.
+
+    A text before the run's first element becomes the root's text (stripped, as the run holds it); a text
+    after an element is its tail, which upstream extends from Python (``tail += " " + text``), so the whole
+    tail counts: a control character that ``str.strip`` takes for whitespace (``\x0b``, ``\x0c``,
+    ``\x1c``-``\x1f``) at its end still makes upstream drop the run.
+    """
+    last_element = None
+    for kind, item in run:
+        if kind == "element":
+            last_element = item
+        elif _incompatible(item if last_element is None else last_element.tail):
+            return True
+    return False
 
 
 def _incompatible(text: str | None) -> bool:

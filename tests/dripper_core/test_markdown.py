@@ -427,3 +427,13 @@ def test_output_has_no_trailing_spaces_or_stacked_blank_lines():
     out = md(markup)
     assert out == "a\n\nb\n\n- c\n\n```\nx\n```"
     assert all(line == line.rstrip() for line in out.split("\n"))
+
+
+def test_control_characters_of_a_tree_do_not_reach_the_markdown():
+    """lxml's parser keeps ``&#26;`` and raw control characters in the tree the pipeline reconstructs."""
+    from lxml import etree as lxml_etree
+
+    tree = lxml_etree.fromstring(
+        "<div><p>alpha &#26; beta&#11;</p><p>gamma&#1;</p></div>", lxml_etree.HTMLParser()
+    )
+    assert html_to_markdown(tree) == "alpha  beta\n\ngamma"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from dripper_core.prompt import build_prompt
 from dripper_core.simplify import SimplifyOptions, simplify_html
 
 
@@ -119,3 +120,90 @@ def test_cc_select_reaches_blocks_whatever_its_case_and_without_lexbor(monkeypat
 
     monkeypatch.setattr(selectolax.lexbor, "LexborHTMLParser", failing_parser)
     assert annotations(simplify_html(html)) == ["1", None]
+
+
+# Character references to control characters, as upstream (mineru-html 1.1.2, checked against it in
+# test_conformance.py) gives them: an item whose own text or attributes hold one is dropped (even an
+# attribute pruned later); deeper ones become U+FFFD; NUL and lone surrogates are U+FFFD from the start
+# (HTML5 parsing) and DEL is XML-compatible: both kept.
+_REFERENCES_PAGE = (
+    "<html><body><div>"
+    "<p>dec &#26; text</p><p>hex &#x1A; text</p><p title='t&#26;'>attr dec</p><p class='a&#x1a;'>attr hex</p>"
+    "<p>nul &#0; text</p><p class='n&#x0;'>nul attr</p>"
+    "<p>vt &#11; text</p><p id='v&#xB;'>vt attr</p>"
+    "<p>del &#127; text</p><p class='d&#x7F;'>del attr</p>"
+    "<p>sur &#xD800; text</p><p id='s&#55296;'>sur attr</p>"
+    "<div><span>deep &#26; &#x0b; text</span> tail <b class='q&#1;'>b</b></div>"
+    "<p>plain</p></div></body></html>"
+)
+_XML_INCOMPATIBLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff\ud800-\udfff]")
+
+
+def test_character_references_to_control_characters_give_upstream_items():
+    page = simplify_html(_REFERENCES_PAGE)
+    assert [block.simplified_html for block in page.blocks] == [
+        '<p _item_id="1">nul \ufffd text</p>',
+        '<p class="n\ufffd" _item_id="2">nul attr</p>',
+        '<p _item_id="3">del \x7f text</p>',
+        '<p class="d\x7f" _item_id="4">del attr</p>',
+        '<p _item_id="5">sur \ufffd text</p>',
+        '<p id="s\ufffd" _item_id="6">sur attr</p>',
+        '<div _item_id="7"><span>deep \ufffd \ufffd text</span> tail <b class="q\ufffd">b</b></div>',
+        '<p _item_id="8">plain</p>',
+    ]
+    assert page.stats["xml_incompatible_items"] == 6
+    assert not _XML_INCOMPATIBLE.search(page.simplified_html)
+    assert not _XML_INCOMPATIBLE.search(build_prompt(page.simplified_html))
+    # The mapping view keeps the characters as parsed (as upstream's does); the ids sit where upstream's do.
+    assert '<p>dec \x1a text</p><p>hex \x1a text</p><p title="t\x1a">' in page.mapping_markup()
+    assert page.blocks[6].text == "deep \x1a text tail b"
+
+
+def test_character_references_decoded_by_libxml2_when_lexbor_fails(monkeypatch):
+    import selectolax.lexbor
+
+    def failing_parser(*args, **kwargs):
+        raise RuntimeError("lexbor failed")
+
+    monkeypatch.setattr(selectolax.lexbor, "LexborHTMLParser", failing_parser)
+    page = simplify_html(_REFERENCES_PAGE)  # libxml2 decodes the references into the tree too
+    assert page.stats["xml_incompatible_items"] > 0
+    assert page.blocks[-1].simplified_html == f'<p _item_id="{page.n_blocks}">plain</p>'
+    assert not _XML_INCOMPATIBLE.search(page.simplified_html)
+
+
+def test_run_whose_inline_tail_ends_in_a_whitespace_control_character_is_dropped():
+    # str.strip() takes \x0b, \x0c and \x1c-\x1f for whitespace, but upstream extends the element's whole
+    # tail from Python, which lxml refuses: the run goes.
+    for character in ("\x0b", "&#12;", "&#x1F;"):
+        html = f"<body><div><p>x</p>lead <b>b</b> tail{character}<p>keep</p></div></body>"
+        assert items(html) == ['<p _item_id="1">x</p>', '<p _item_id="2">keep</p>'], character
+
+
+def test_noncharacter_in_a_kept_attribute_or_a_cut_text_drops_the_item():
+    # U+FFFE/U+FFFF survive upstream's round trip; upstream sets kept attributes and cut texts again from
+    # Python, which lxml refuses, so the item goes. Elsewhere the character stays.
+    for nonchar, character in (("\ufffe", "\ufffe"), ("&#xFFFE;", "\ufffe"), ("&#xFFFF;", "\uffff")):
+        for dropped in (
+            f'<span class="q{nonchar}">z</span>',
+            f'<span title="t" id="q{nonchar}">z</span>',
+            f'<img alt="q{nonchar}" src="a.png">',
+            f"<span>x{nonchar}{'y' * 600}</span>",
+        ):
+            html = f"<body><div><div>{dropped} tail</div><p>keep</p></div></body>"
+            assert items(html) == ['<p _item_id="1">keep</p>'], dropped
+        html = f'<body><div><div><span title="t{nonchar}">x{nonchar}y</span></div><p>k</p></div></body>'
+        assert items(html)[0] == f'<div _item_id="1"><span>x{character}y</span></div>', nonchar
+
+
+def test_page_with_character_references_is_labelled_not_sent_to_the_fallback():
+    from dripper_core.pipeline import extract, prepare_page
+    from dripper_core.types import Page
+
+    html = _REFERENCES_PAGE.replace("<p>plain</p>", "<p>" + "plain words of the article. " * 20 + "</p>")
+    prepared = prepare_page(Page(doc_id="page", html=html.encode()))
+    assert prepared.problem is None
+    assert prepared.simplified.n_blocks == 8
+    result = extract(html, labeler="cpu")
+    assert result.extractor == "dripper:cpu"
+    assert "plain words of the article." in result.markdown
