@@ -324,8 +324,10 @@ def extractors_params() -> dict[str, Param]:
             title="Extractors",
             description="One per line: a labeler name (cpu, trafilatura), or NAME=LABELER,key=value,… for a "
             "named spec with options, e.g. v11=vllm,model=/models/MinerU-HTML-v1.1 or "
-            "v10=vllm,model=/models/MinerU-HTML,answer_format=json (also fallback=empty|none). The name "
-            "names the corpus folder and the report rows; checked before any WARC is read.",
+            "v10=vllm,model=/models/MinerU-HTML,answer_format=json (also fallback=empty|none), or JSON, a "
+            'cascade included: {"name": "casc", "labeler": "cpu", "route": {"labeler": "vllm", "options": '
+            '{"model": "/models/x"}, "share": 0.3}}. The name names the corpus folder and the report rows; '
+            "checked before any WARC is read.",
             section=EXTRACTION,
         ),
     }

@@ -147,6 +147,7 @@ with DAG(
             "suite": "{{ params.eval_suite }}",
             "tokenizer": "{{ params.tokenizer }}",
         },
+        **stage_templates(ReportStageConfig, "lm_pages_per_second"),
         outlets=[ABLATION_REPORT_ASSET],
         retries=0,
     )

@@ -405,7 +405,8 @@ def run_report_stage(args: argparse.Namespace) -> int:
     }
     manifest = ablation_manifest([f.root for f in folders], train_runs=runs,
                                  extraction_summary=str(out / "extraction" / "summary.json"),
-                                 title=args.title or f"Extractor ablation {name}", run={"run_root": args.input})  # fmt: skip
+                                 title=args.title or f"Extractor ablation {name}", run={"run_root": args.input},
+                                 lm_pages_per_second=stage.lm_pages_per_second)  # fmt: skip
     files = write_report_manifest(str(out / "report"), manifest)
     write_report(load_manifest(files.manifest), Path(files.html), Path(files.markdown))
     return _print({"html": files.html, "markdown": files.markdown})

@@ -51,6 +51,11 @@ class ExtractorLayout:
         return _join(self.root, "extracted")
 
     @property
+    def run_summary(self) -> str:
+        """The extract stage's run summary (pages per extractor, what a cascade routed)."""
+        return _join(self.root, "_run_summary.json")
+
+    @property
     def corpus(self) -> str:
         return _join(self.root, "corpus")
 

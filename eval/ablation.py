@@ -37,6 +37,7 @@ def extractor_entry(root: str, train_run: str | None) -> dict[str, Any]:
         "name": name,
         "labeler": spec.get("labeler"),
         "spec": spec,
+        "run_summary": layout.run_summary,
         "refine_summary": layout.refine_summary,
         "tokens_summary": layout.tokens_summary,
         "extraction_row": f"dripper:{name}/md",
@@ -59,6 +60,7 @@ def ablation_manifest(
     extraction_summary: str | None = None,
     title: str = "Extractor ablation",
     run: dict[str, Any] | None = None,
+    lm_pages_per_second: float | None = None,
 ) -> dict[str, Any]:
     """The report manifest (``eval.report`` reads it) for these extractor folders.
 
@@ -68,6 +70,7 @@ def ablation_manifest(
         extraction_summary: An ``eval.extraction`` summary scoring the same specs (rows ``dripper:{name}/md``).
         title: The report's title.
         run: What was run (crawl, WARC files, model, steps, suite, tokenizer), shown at the top.
+        lm_pages_per_second: One GPU's LM pages/s, for the GPU-hours per million pages of each extractor.
     """
     entries = []
     for root in extractor_roots:
@@ -79,4 +82,6 @@ def ablation_manifest(
         manifest["run"] = dict(run)
     if extraction_summary:
         manifest["extraction"] = str(extraction_summary)
+    if lm_pages_per_second:
+        manifest["lm_pages_per_second"] = float(lm_pages_per_second)
     return manifest

@@ -319,18 +319,9 @@ class DripperExtractor(Extractor):
     def _spec_pipeline(self) -> Any:
         """The spec's labeler in a pipeline, built once (an LM engine is expensive to start)."""
         if self._pipeline is None:
-            from dripper_core.labelers import build_labeler
             from dripper_core.pipeline import ExtractOptions, Extractor
 
-            spec = self.spec
-            self._pipeline = Extractor(
-                build_labeler(spec.labeler, **spec.options),
-                ExtractOptions(
-                    fallback=spec.fallback,
-                    fallback_on_empty=spec.fallback_on_empty,
-                    batch_size=self.batch_size,
-                ),
-            )
+            self._pipeline = Extractor.from_spec(self.spec, ExtractOptions(batch_size=self.batch_size))
         return self._pipeline
 
     def _outcome(self, result: Any, page: BenchPage, seconds: float) -> ExtractionOutcome:

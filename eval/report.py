@@ -8,9 +8,11 @@ The manifest (YAML or JSON; paths relative to it)::
     title: Dripper vs Trafilatura, CC-MAIN-2025-13 sample
     run: {crawl: CC-MAIN-2025-13, warc_files: 4, model: tiny, train_steps: 20, suite: local, tokenizer: …}
     extraction: runs/extraction.json          # `python -m eval.extraction --out` summary (labelled set)
+    lm_pages_per_second: 3.08                 # one GPU's LM pages/s, for GPU-hours per million pages
     extractors:
       - name: dripper                         # label in the report (the extractor spec's name)
         labeler: cpu                          # optional; spec: {…} (the extractor spec) likewise
+        run_summary: runs/dripper/_run_summary.json         # its extract run (pages and tokens to the LM)
         refine_summary: runs/dripper/refine/_summary.json   # this extractor's own refinement run
         tokens_summary: runs/dripper/tokens/_summary.json   # its Megatron tokens (documents, tokens)
         extraction_row: "dripper:dripper/md"  # its row in the extraction summary (default: refine_extractor)
@@ -62,6 +64,7 @@ class ExtractorInputs:
     name: str
     labeler: str | None = None
     spec: dict[str, Any] | None = None
+    run_summary: Path | None = None
     refine_extractor: str | None = None
     refine_summary: Path | None = None
     tokens_summary: Path | None = None
@@ -78,6 +81,7 @@ class ReportInputs:
     run: dict[str, Any] = field(default_factory=dict)
     refine_summaries: list[Path] = field(default_factory=list)
     extraction: Path | None = None
+    lm_pages_per_second: float | None = None
 
 
 def load_manifest(path: Path | str) -> ReportInputs:
@@ -106,6 +110,7 @@ def load_manifest(path: Path | str) -> ReportInputs:
                 name=entry["name"],
                 labeler=entry.get("labeler"),
                 spec=entry.get("spec"),
+                run_summary=resolve(entry.get("run_summary")),
                 refine_extractor=entry.get("refine_extractor"),
                 refine_summary=resolve(entry.get("refine_summary")),
                 tokens_summary=resolve(entry.get("tokens_summary")),
@@ -123,6 +128,7 @@ def load_manifest(path: Path | str) -> ReportInputs:
         run=dict(data.get("run") or {}),
         refine_summaries=[resolve(p) for p in data.get("refine_summaries") or []],
         extraction=resolve(data.get("extraction")),
+        lm_pages_per_second=data.get("lm_pages_per_second"),
     )
 
 
@@ -185,6 +191,53 @@ def extraction_quality(summary: dict[str, Any] | None, row: str) -> dict[str, An
         return None
     data = summary.get("rows", {}).get(row)
     return dict(data["all"]) if data else None
+
+
+def lm_cost(
+    run_summary: dict[str, Any] | None, spec: dict[str, Any] | None, pages_per_second: float | None
+) -> dict[str, Any] | None:
+    """What an extractor asked of an LM: the share of its pages and of their prompt tokens the LM labelled,
+    and GPU-hours per million pages.
+
+    A cascade's shares are its run's ``route:*`` counters (prompt tokens estimated alike for every page);
+    an LM labeler alone takes every page, a CPU one none. GPU-hours per million pages assume LM time in
+    proportion to prompt tokens: ``token share × 10⁶ / (pages_per_second × 3600)``, ``pages_per_second``
+    being one GPU's rate on the average page (the user's figure); ``measured_pages_per_second`` is the rate
+    of this run's own LM step over the pages it took (on whatever hardware ran it).
+    """
+    spec = spec or {}
+    route = spec.get("route")
+    labeler = (route or {}).get("labeler") or spec.get("labeler")
+    if labeler is None:
+        return None
+    from dripper_core.config.extractor import LM_LABELERS
+
+    extracted = ((run_summary or {}).get("stages") or {}).get("extracted") or {}
+    counters = extracted.get("counters") or {}
+    cost: dict[str, Any] = {"lm": labeler if (route or labeler in LM_LABELERS) else None}
+    if route:
+        pages = extracted.get("pages_out") or counters.get("route:pages_scored")
+        routed = counters.get("route:pages_routed")
+        tokens = counters.get("route:prompt_tokens_estimate")
+        if not pages or routed is None:
+            return {**cost, "missing": "no cascade counters in the extract run's summary"}
+        cost["page_share"] = routed / pages
+        cost["token_share"] = (
+            counters.get("route:routed_prompt_tokens_estimate", 0) / tokens if tokens else None
+        )
+        if routed and counters.get("route_seconds"):
+            cost["measured_pages_per_second"] = routed / counters["route_seconds"]
+    elif cost["lm"]:
+        cost["page_share"] = cost["token_share"] = 1.0
+    else:
+        cost["page_share"] = cost["token_share"] = 0.0
+    share = cost.get("token_share")
+    if share is None:
+        share = cost["page_share"]
+    if pages_per_second:
+        cost["pages_per_second"] = pages_per_second
+        cost["gpu_hours_per_million_pages"] = share * 1e6 / (pages_per_second * 3600)
+    return cost
 
 
 def training_curve(run: Path | None) -> list[dict[str, Any]] | None:
@@ -304,6 +357,11 @@ def collect(inputs: ReportInputs) -> dict[str, Any]:
                     {key: tokens.get(key) for key in ("documents", "tokens", "tokenizer")} if tokens else None
                 ),
                 "extraction": extraction_quality(extraction, item.extraction_row or refine_key),
+                "lm_cost": lm_cost(
+                    _read_json(item.run_summary),
+                    item.spec or ({"labeler": item.labeler} if item.labeler else None),
+                    inputs.lm_pages_per_second,
+                ),
                 "extraction_row": item.extraction_row or refine_key,
                 "loss": training_curve(item.train_run),
                 "scores": _read_json(item.scores),

@@ -515,6 +515,11 @@ def render_html(data: dict[str, Any], figs: list[dict[str, Any]]) -> str:
         sections.append(_missing("no extraction benchmark summary given"))
     sections.append(figure("extraction") + "</section>")
 
+    sections.append('<section id="lm-cost"><h2>What each extractor asked of the LM</h2>')
+    sections.append(f"<p>{html.escape(LM_COST_NOTE)}</p>")
+    sections.append(_table(LM_COST_HEADER, lm_cost_rows(data), "lm-cost"))
+    sections.append("</section>")
+
     sections.append('<section id="training"><h2>Training loss</h2>')
     loss_rows = [
         [
@@ -549,6 +554,48 @@ def _markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> lis
     lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return lines + [""]
+
+
+LM_COST_HEADER = [
+    "extractor",
+    "LM",
+    "pages to the LM",
+    "prompt tokens to the LM",
+    "GPU-hours per million pages",
+    "at LM pages/s",
+    "this run's LM pages/s",
+]
+LM_COST_NOTE = (
+    "Shares of the extracted pages and of their (estimated) prompt tokens labelled by an LM: a cascade "
+    "sends only its least sure pages. GPU-hours per million pages = token share x 10^6 / (pages/s x 3600), "
+    "at one GPU's LM pages/s on the average page (the report's lm_pages_per_second); the last column is "
+    "the rate of this run's own LM step on the pages it took, on whatever hardware ran it."
+)
+
+
+def lm_cost_rows(data: dict[str, Any]) -> list[list[Any]]:
+    """One row per extractor of the LM-cost table (``–`` where the run summary says nothing)."""
+
+    def share(value: float | None) -> str:
+        return "–" if value is None else f"{100 * value:.1f}%"
+
+    rows = []
+    for e in data["extractors"]:
+        cost = e.get("lm_cost") or {}
+        hours = cost.get("gpu_hours_per_million_pages")
+        measured = cost.get("measured_pages_per_second")
+        rows.append(
+            [
+                e["name"],
+                cost.get("lm") or "none",
+                share(cost.get("page_share")),
+                share(cost.get("token_share")),
+                "–" if hours is None else f"{hours:,.1f}",
+                cost.get("pages_per_second", "–"),
+                "–" if measured is None else f"{measured:.2f}",
+            ]
+        )
+    return rows
 
 
 def render_markdown(data: dict[str, Any]) -> str:
@@ -598,4 +645,6 @@ def render_markdown(data: dict[str, Any]) -> str:
     lines += _markdown_table(
         ["extractor", "docs in", "docs out", "tokens out", "dedup rate", "ROUGE-5 F1", "final loss"], table
     )
+    lines += ["## What each extractor asked of the LM", "", LM_COST_NOTE, ""]
+    lines += _markdown_table(LM_COST_HEADER, lm_cost_rows(data))
     return "\n".join(lines)

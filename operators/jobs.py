@@ -470,6 +470,7 @@ class AblationReportOperator(ModuleJobOperator):
         "output_dir",
         "title",
         "run_description",
+        "lm_pages_per_second",
     )
 
     def __init__(
@@ -481,6 +482,7 @@ class AblationReportOperator(ModuleJobOperator):
         extraction: Any = None,
         title: Any = "Extractor ablation",
         run_description: Any = None,
+        lm_pages_per_second: Any = None,
         **kwargs,
     ):
         super().__init__(module="eval.report", requires=("matplotlib",), stage="ablation report", **kwargs)
@@ -490,6 +492,7 @@ class AblationReportOperator(ModuleJobOperator):
         self.output_dir = output_dir
         self.title = title
         self.run_description = run_description
+        self.lm_pages_per_second = lm_pages_per_second
 
     def manifest(self) -> dict[str, Any]:
         """The report manifest from the extractor folders (``eval.ablation``, as ``dripper run report``)."""
@@ -502,7 +505,10 @@ class AblationReportOperator(ModuleJobOperator):
             for e in (self.evaluations or [])
         }
         roots = [str(extract["output_root"]).rstrip("/") for extract in self.extracts or []]
-        manifest = ablation_manifest(roots, train_runs=runs, title=self.title, run=self.run_description)
+        rate = float(self.lm_pages_per_second) if self.lm_pages_per_second not in (None, "", "None") else None
+        manifest = ablation_manifest(
+            roots, train_runs=runs, title=self.title, run=self.run_description, lm_pages_per_second=rate
+        )
         if self.extraction:
             extraction_dir = _local_dir(self.extraction["output_dir"], "extraction benchmark")
             manifest["extraction"] = f"{extraction_dir}/summary.json"

@@ -1,7 +1,8 @@
 """Extractor specs: a named labeler with its options and fallback, the unit an ablation compares.
 
-One spec format is read by ``corpus_build``, ``extractor_ablation``, ``extraction_benchmark``,
-``python -m eval.extraction`` and ``dripper run extract``::
+One spec format is read by ``dripper extract --extractor``, ``dripper run extract --extractor``, the
+``extractor_ablation`` DAG and ``python -m eval.extraction --extractor-spec`` (``corpus_build``'s form builds
+one from its labeler fields, :func:`labeler_spec`)::
 
     cpu                                               # shorthand: the name is the labeler
     qwen=vllm,model=/models/MinerU-HTML,answer_format=json

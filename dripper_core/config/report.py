@@ -18,6 +18,8 @@ class ReportStageConfig(StageConfig):
             names on the command line).
         labelled_pages: Labelled page files for the extraction-quality section.
         labelled_limit: Labelled pages per file (empty: all).
+        lm_pages_per_second: One GPU's LM pages/s on the average page, for each extractor's GPU-hours per
+            million pages (default: the paper's figure for Dripper-0.6B on one A100).
     """
 
     stage = "report"
@@ -42,4 +44,11 @@ class ReportStageConfig(StageConfig):
         "Score at most this many labelled pages per file (empty: all)",
         title="Labelled pages per file",
         ge=1,
+    )
+    lm_pages_per_second: float = setting(
+        3.08,
+        "One GPU's LM pages/s on the average page, for the report's GPU-hours per million pages (default: "
+        "the Dripper paper's 3.08 on one A100; put your own measured figure)",
+        title="LM pages per second (one GPU)",
+        gt=0,
     )

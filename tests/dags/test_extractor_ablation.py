@@ -1,6 +1,6 @@
-"""extractor_ablation end to end with ``dag.test()`` on the bundled sample: three extractors (``cpu`` and two
-specs of the ``vllm`` labeler on the tiny local Qwen3 in vLLM's CPU build, under two names, each in a Dask
-worker process on the form's default worker count), each corpus pretrained on the tiny model with two
+"""extractor_ablation end to end with ``dag.test()`` on the bundled sample: three extractors (``cpu``, a spec
+of the ``vllm`` labeler on the tiny local Qwen3 in vLLM's CPU build, and a cascade of the two, each in Dask
+worker processes on the form's default worker count), each corpus pretrained on the tiny model with two
 evaluated checkpoints, then the report, whose figures are read back and checked against the run's own
 outputs. Then the checks that stop a run before any WARC is read: a bad extractor spec and a benchmark
 suite whose data is not here. (``trafilatura`` runs through the DAGs in test_corpus_build and the REST test.)"""
@@ -15,13 +15,16 @@ from pathlib import Path
 
 import pytest
 
+from dripper_core.config.extractor import parse_extractor
 from tests.dags import DAGS_DIR, SAMPLE, dag_run_xcoms, small_crawl, task_seconds
 
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 TINY_QWEN = REPO / ".cache" / "models" / "tiny-qwen3"
-SECTIONS = ("run", "summary", "comparisons", "training-scores", "scores", "corpus", "extraction", "training")
+SECTIONS = (
+    "run", "summary", "comparisons", "training-scores", "scores", "corpus", "extraction", "lm-cost", "training",
+)  # fmt: skip
 
 
 #: Pages of the crawl the LM extractors label: the tiny model in vLLM's CPU build takes seconds a page (the
@@ -115,9 +118,16 @@ def test_ablation_with_two_lm_specs_runs_to_a_report_that_reads_back(
     # to start per engine, most of this test's time on 2 cores. The production layout, an engine-core
     # process under a worker, is test_dask_stage's (which also checks that none is left behind).
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    names = ["cpu", "qwen-a", "qwen-b"]
-    extractors = ["cpu", _vllm_spec("qwen-a"), _vllm_spec("qwen-b", ",fallback_on_empty=true")]
-    conf = _conf(tmp_path, tokenizer_dir, extractors, crawl)
+    names = ["cpu", "qwen-a", "casc"]
+    # A cascade: the CPU labeler on every page, the least sure half to the same vLLM engine options.
+    lm = parse_extractor(_vllm_spec("qwen-a"))
+    cascade = {
+        "name": "casc",
+        "labeler": "cpu",
+        "route": {"labeler": "vllm", "options": lm.options, "share": 0.5},
+    }
+    extractors = ["cpu", _vllm_spec("qwen-a", ",fallback_on_empty=true"), json.dumps(cascade)]
+    conf = _conf(tmp_path, tokenizer_dir, extractors, crawl, report_lm_pages_per_second=2.5)
     assert "extract_workers" not in conf  # the default: 1, a LocalCluster worker per extract task
     run = ablation.test(run_conf=conf)
     print("task times:", task_seconds(run))
@@ -125,19 +135,27 @@ def test_ablation_with_two_lm_specs_runs_to_a_report_that_reads_back(
     assert run.state == "success", states
     xcoms = dag_run_xcoms(run)
 
-    # One corpus per spec name, each folder recording its spec; the two vllm specs are two corpora.
+    # One corpus per spec name, each folder recording its spec.
     extracts = {xcoms[("extract", i)]["extractor"]: xcoms[("extract", i)] for i in range(3)}
     assert sorted(extracts) == sorted(names)
     for name, result in extracts.items():
         root = Path(result["output_root"])
         assert root.name == name and root.parent.name == "extractors"
         assert json.loads((root / "_extractor.json").read_text())["name"] == name
-    assert extracts["qwen-a"]["labeler"] == extracts["qwen-b"]["labeler"] == "vllm"
-    assert extracts["qwen-b"]["spec"]["fallback_on_empty"] is True
-    for name in ("qwen-a", "qwen-b"):
-        assert extracts[name]["pages_out"] > 0 and extracts[name]["failed"] == {}
-        summary = json.loads((Path(extracts[name]["output_root"]) / "_run_summary.json").read_text())
-        assert summary["stages"]["extracted"]["counters"].get("extractor:dripper:vllm", 0) > 0  # by vLLM
+    assert extracts["qwen-a"]["labeler"] == "vllm" and extracts["casc"]["spec"]["route"]["labeler"] == "vllm"
+    assert extracts["qwen-a"]["spec"]["fallback_on_empty"] is True
+    summaries = {
+        name: json.loads((Path(extracts[name]["output_root"]) / "_run_summary.json").read_text())
+        for name in names
+    }
+    assert extracts["qwen-a"]["pages_out"] > 0 and extracts["qwen-a"]["failed"] == {}
+    counters = summaries["qwen-a"]["stages"]["extracted"]["counters"]
+    assert counters.get("extractor:dripper:vllm", 0) > 0  # labelled by vLLM
+    # The cascade: every page through its CPU step, the least sure half routed to vLLM.
+    assert extracts["casc"]["failed"] == {}
+    cascade_counters = summaries["casc"]["stages"]["extracted"]["counters"]
+    scored, routed = cascade_counters["route:pages_scored"], cascade_counters["route:pages_routed"]
+    assert routed == int(0.5 * scored + 0.5) and summaries["casc"]["stages"]["cascade_first"]["pages_out"] > 0
 
     # Each model: two checkpoints exported and scored.
     evaluations = {Path(xcoms[("evaluate", i)]["root"]).name: xcoms[("evaluate", i)] for i in range(3)}
@@ -182,6 +200,19 @@ def test_ablation_with_two_lm_specs_runs_to_a_report_that_reads_back(
         # Training loss: the run's own log.
         log = [json.loads(line) for line in (Path(evaluations[name]["run_dir"]) / "train_log.jsonl").open()]
         assert parsed.figure_data["loss"][name]["loss"] == [r["loss"] for r in log]
+    # What each extractor asked of the LM: none, every page, the cascade's routed share, at 2.5 pages/s.
+    costs = {name: by_name[name]["lm_cost"] for name in names}
+    assert costs["cpu"]["page_share"] == 0 and costs["qwen-a"]["page_share"] == 1
+    pages = summaries["casc"]["stages"]["extracted"]["pages_out"]
+    assert costs["casc"]["page_share"] == pytest.approx(routed / pages)
+    token_share = (
+        cascade_counters["route:routed_prompt_tokens_estimate"]
+        / cascade_counters["route:prompt_tokens_estimate"]
+    )
+    assert costs["casc"]["gpu_hours_per_million_pages"] == pytest.approx(token_share * 1e6 / (2.5 * 3600))
+    assert costs["qwen-a"]["gpu_hours_per_million_pages"] == pytest.approx(1e6 / (2.5 * 3600))
+    assert f"{100 * routed / pages:.1f}%" in parsed.sections["lm-cost"]
+    assert f"{token_share * 1e6 / (2.5 * 3600):,.1f}" in parsed.sections["lm-cost"]
     extraction = json.loads(Path(xcoms[("extraction_quality", -1)]["summary"]).read_text())
     assert parsed.figure_data["extraction"] == {
         row: v["all"]["rouge5_f1"] for row, v in extraction["rows"].items()

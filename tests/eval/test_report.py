@@ -32,7 +32,9 @@ pytest.importorskip("matplotlib")
 
 REPO = Path(__file__).resolve().parents[2]
 NAMES = [e.name for e in REPORT_EXTRACTORS]
-SECTIONS = ("run", "summary", "comparisons", "training-scores", "scores", "corpus", "extraction", "training")
+SECTIONS = (
+    "run", "summary", "comparisons", "training-scores", "scores", "corpus", "extraction", "lm-cost", "training",
+)  # fmt: skip
 FIGURES = ("curve", "scores", "corpus", "extraction", "loss")
 
 
@@ -586,3 +588,34 @@ def test_ablation_end_to_end_on_the_sample(tmp_path):
     assert summary_header == ["extractor", "Local smoke task", "average", "documents", "tokens"]
     markdown = (tmp_path / "report.md").read_text()
     assert "| extractor | Local smoke task | average | documents | tokens |" in markdown
+
+
+def test_lm_cost_of_a_cascade_an_lm_and_a_cpu_extractor():
+    from eval.report import lm_cost
+
+    cascade = {"name": "casc", "labeler": "cpu", "route": {"labeler": "vllm", "share": 0.3}}
+    summary = {
+        "stages": {
+            "extracted": {
+                "pages_out": 100,
+                "counters": {
+                    "route:pages_scored": 98,
+                    "route:pages_routed": 29,
+                    "route:prompt_tokens_estimate": 600_000,
+                    "route:routed_prompt_tokens_estimate": 240_000,
+                    "route_seconds": 14.5,
+                },
+            }
+        }
+    }
+    cost = lm_cost(summary, cascade, 3.08)
+    assert cost["lm"] == "vllm" and cost["page_share"] == 0.29 and cost["token_share"] == 0.4
+    # Time in proportion to prompt tokens: 40% of the tokens of a million pages at 3.08 pages/s.
+    assert cost["gpu_hours_per_million_pages"] == pytest.approx(0.4 * 1e6 / 3.08 / 3600)
+    assert cost["measured_pages_per_second"] == 2.0
+    assert lm_cost(None, {"labeler": "vllm"}, 3.08)["gpu_hours_per_million_pages"] == pytest.approx(
+        1e6 / 3.08 / 3600
+    )
+    assert lm_cost(None, {"labeler": "cpu"}, 3.08)["gpu_hours_per_million_pages"] == 0
+    assert "missing" in lm_cost({}, cascade, 3.08)
+    assert "gpu_hours_per_million_pages" not in lm_cost(summary, cascade, None)

@@ -288,6 +288,7 @@ def test_ablation_report_manifest_joins_runs_by_extractor_folder(tmp_path):
         "name": "v10",
         "labeler": "vllm",
         "spec": {"name": "v10", "labeler": "vllm"},
+        "run_summary": v10.run_summary,
         "refine_summary": v10.refine_summary,
         "tokens_summary": v10.tokens_summary,
         "extraction_row": "dripper:v10/md",
