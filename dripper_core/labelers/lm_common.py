@@ -53,7 +53,9 @@ def resolve_model_dir(model: str | Path, revision: str | None = None) -> Path:
         return path
     try:
         from huggingface_hub import snapshot_download
-
+    except ImportError as error:  # a bare install: the LM extra brings it (with transformers)
+        raise ImportError(install_hint("huggingface_hub", "lm")) from error
+    try:
         return Path(snapshot_download(str(model), revision=revision, local_files_only=True))
     except Exception as error:
         fetch = f"huggingface-cli download {model}" + (f" --revision {revision}" if revision else "")

