@@ -221,6 +221,24 @@ def start_airflow(env: dict[str, str], seconds: float = 240) -> Api:
     return api
 
 
+#: DAGs the demo unpauses beside corpus_build: they run only when triggered, and run on this machine.
+MANUAL_DAGS = ("extractor_ablation", "extraction_benchmark")
+#: DAGs that stay paused, and why.
+PAUSED_DAGS = {
+    "cc_snapshot_refresh": "it runs weekly and reads Common Crawl's snapshot list from the internet, which "
+    "this machine may not reach; unpause it in the UI where data.commoncrawl.org answers",
+}
+
+
+def unpause_manual_dags(api: Api, seconds: float = 120) -> list[str]:
+    """Unpause :data:`MANUAL_DAGS` (triggered by hand from the UI or REST, they would otherwise stay queued);
+    returns the DAG ids unpaused."""
+    for dag_id in MANUAL_DAGS:
+        wait_for_dag(api, seconds, dag_id)
+        api.call("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
+    return list(MANUAL_DAGS)
+
+
 def trigger(api: Api, run_id: str, conf: dict[str, Any], dag_id: str = DAG_ID) -> None:
     """Unpauses ``dag_id`` (``corpus_build``) and starts run ``run_id`` with ``conf``."""
     api.call("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
@@ -381,6 +399,10 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     say(f"AIRFLOW_HOME={env['AIRFLOW_HOME']}: migrating the SQLite database")
     api = start_airflow(env)
+    unpaused = unpause_manual_dags(api)
+    say(f"unpaused {', '.join(unpaused)} (they run when you trigger them)")
+    for dag_id, why in PAUSED_DAGS.items():
+        say(f"{dag_id} stays paused: {why}")
     labeler, tokenizer = demo_labeler(), demo_tokenizer(env)
     run_id = f"demo__{time.strftime('%Y%m%dT%H%M%S')}"
     trigger(api, run_id, run_conf(env, labeler, tokenizer))

@@ -2,7 +2,7 @@
 #
 #   source scripts/airflow_env.sh            # then: airflow dags list, airflow dags test corpus_build, …
 #
-# AIRFLOW_HOME defaults to out/airflow (git-ignored); the DAGs are dags/; runs go to out/runs. Every server
+# AIRFLOW_HOME defaults to out/airflow (git-ignored); the DAGs are dags/; runs go to out/runs/. Every server
 # started with these settings listens on 127.0.0.1: the API server (UI, REST, Execution API) on
 # $DRIPPER_AIRFLOW_PORT (8080). Start the parts yourself rather than `airflow standalone`, whose log servers
 # bind to all interfaces:
@@ -62,7 +62,8 @@ export AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT="${AIRFLOW__LOGGING__TRIGGER_LO
 unset -f _dripper_secret
 
 # The platform's own defaults (see dags/_common.py): the bundled sample snapshot, local runs, no network.
-export DRIPPER_RUN_ROOT="${DRIPPER_RUN_ROOT:-$DRIPPER_REPO/out/runs}"
+# The storage root: runs go to its runs/ (out/runs/CC-MAIN-…), crawl manifests to its crawls/.
+export DRIPPER_RUN_ROOT="${DRIPPER_RUN_ROOT:-$DRIPPER_REPO/out}"
 export DRIPPER_CRAWL_INDEX="${DRIPPER_CRAWL_INDEX:-$DRIPPER_REPO/data/sample/collinfo.json}"
 export DRIPPER_CRAWL_BASE="${DRIPPER_CRAWL_BASE:-$DRIPPER_REPO/data/sample}"
 export DRIPPER_CRAWL_ID="${DRIPPER_CRAWL_ID:-CC-MAIN-SAMPLE}"

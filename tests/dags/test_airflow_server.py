@@ -17,7 +17,7 @@ import pytest
 
 from scripts import airflow_demo
 from tests.browser import find_chromium, headless_chrome
-from tests.dags import expected_pages
+from tests.dags import DAG_IDS, expected_pages
 from tests.dags.conftest import SMALL_BUILD, AirflowServer
 
 pytestmark = pytest.mark.slow
@@ -261,3 +261,13 @@ def test_corpus_build_triggered_from_the_ui_in_chromium(chromium, airflow_server
     assert run["triggered_by"] == "ui"
     _assert_built(airflow_server, run_id, run)
     assert screenshot.stat().st_size > 10_000
+
+
+def test_the_demo_unpauses_the_dags_that_run_here_and_leaves_the_refresh_paused(airflow_server):
+    """A new user's trigger of the ablation or the benchmark must not sit queued behind a pause; the weekly
+    snapshot refresh, which needs the internet, stays paused until unpaused on purpose."""
+    api = airflow_server.api
+    assert airflow_demo.unpause_manual_dags(api) == list(airflow_demo.MANUAL_DAGS)
+    paused = {dag_id: api.call("GET", f"/api/v2/dags/{dag_id}")["is_paused"] for dag_id in DAG_IDS}
+    assert paused["extractor_ablation"] is False and paused["extraction_benchmark"] is False
+    assert paused["cc_snapshot_refresh"] is True and set(airflow_demo.PAUSED_DAGS) == {"cc_snapshot_refresh"}
