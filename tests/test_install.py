@@ -19,10 +19,23 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def bare_venv(tmp_path_factory) -> Path:
     """``pip install <repo>`` with no extras into a fresh venv (from the package registry, as a user's)."""
-    venv = tmp_path_factory.mktemp("bare") / "venv"
+    import shutil
+    import tomllib
+
+    base = tmp_path_factory.mktemp("bare")
+    # The distribution's sources, copied: setuptools builds in the source folder (build/, *.egg-info).
+    source = base / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, source / name)
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    for pattern in project["tool"]["setuptools"]["packages"]["find"]["include"]:
+        package = pattern.rstrip("*")
+        shutil.copytree(REPO / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
+    venv = base / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     install = subprocess.run(
-        [str(venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", str(REPO)],
+        [str(venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", str(source)],
         capture_output=True,
         text=True,
         timeout=900,
