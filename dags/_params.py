@@ -17,18 +17,14 @@ from airflow.sdk import Param
 
 from dripper_core.config.evaluate import EvaluateStageConfig
 from dripper_core.config.extract import ExtractStageConfig
+from dripper_core.config.extractor import LABELER_PATTERN
+from dripper_core.config.labelers import DEFAULT_LABELER, labeler_names
 from dripper_core.config.pretrain import PretrainStageConfig
 from dripper_core.config.refine import RefineStageConfig
 from dripper_core.config.report import ReportStageConfig
 from dripper_core.config.settings import StageConfig
 from dripper_core.config.simplify import SimplifyStageConfig
 from dripper_core.config.tokenize import TokenizeStageConfig
-
-#: ``dripper_core.labelers.base.DEFAULT_LABELER`` (a test keeps these in sync).
-DEFAULT_LABELER = "cpu"
-KNOWN_LABELERS = ("cpu", "trafilatura", "vllm", "openai", "torch", "oracle")
-#: A registered labeler name or ``module:factory``.
-LABELER_PATTERN = r"^[A-Za-z0-9_.]+(:[A-Za-z0-9_.]+)?$"
 
 SELECTION = "WARC selection"
 EXTRACTION = "Extraction"
@@ -290,9 +286,9 @@ def labeler_params() -> dict[str, Param]:
             default_labeler(),
             type="string",
             pattern=LABELER_PATTERN,
-            examples=list(KNOWN_LABELERS),
+            examples=labeler_names(),  # built in and installed plugins' (no labeler imported)
             title="Labeler",
-            description="Registered labeler (cpu, trafilatura, vllm, openai, torch) or module:factory.",
+            description=f"Registered labeler ({', '.join(labeler_names())}) or module:factory.",
             section=EXTRACTION,
         ),
         "labeler_model": Param(

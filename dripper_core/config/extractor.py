@@ -337,19 +337,14 @@ def check_labeler_options(specs: Sequence[ExtractorSpec]) -> None:
 def _check_labeler(name: str, field: str, labeler: str, options: Mapping[str, Any]) -> None:
     import inspect
 
-    from dripper_core.labelers.base import _REGISTRY, _load_builtin_labelers
+    from dripper_core.labelers.base import labeler_factory
 
-    _load_builtin_labelers()
     if ":" in labeler:
-        return  # an import path: its factory is checked when it is built
-    factory = _REGISTRY.get(labeler)
-    if factory is None:
-        close = difflib.get_close_matches(labeler, _REGISTRY, n=3)
-        hint = f"; did you mean {', '.join(close)}?" if close else ""
-        raise ExtractorSpecError(
-            f"extractor {name!r}: {field}labeler: unknown labeler {labeler!r} "
-            f"(known: {', '.join(sorted(_REGISTRY))}){hint}"
-        )
+        return  # an import path (it may exist on the workers only): checked when it is built
+    try:
+        factory = labeler_factory(labeler)  # imports that labeler's module only
+    except KeyError as error:
+        raise ExtractorSpecError(f"extractor {name!r}: {field}labeler: {error.args[0]}") from None
     parameters = inspect.signature(factory).parameters
     if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
         for option in options:

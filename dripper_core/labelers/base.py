@@ -16,7 +16,21 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from dripper_core.config.labelers import BUILTIN_LABELERS, DEFAULT_LABELER, ENTRY_POINT_GROUP, labeler_targets
 from dripper_core.types import Page, SimplifiedPage
+
+__all__ = [
+    "BUILTIN_LABELERS",
+    "DEFAULT_LABELER",
+    "ENTRY_POINT_GROUP",
+    "BlockLabeler",
+    "LabelRequest",
+    "Labels",
+    "available_labelers",
+    "build_labeler",
+    "labeler_factory",
+    "register_labeler",
+]
 
 
 @dataclass(slots=True)
@@ -143,10 +157,11 @@ _REGISTRY: dict[str, LabelerFactory] = {}
 
 
 def register_labeler(name: str) -> Callable[[LabelerFactory], LabelerFactory]:
-    """Register a labeler class or factory under ``name`` (used by ``--labeler NAME``)."""
+    """Register a labeler class or factory under ``name`` when its module is imported (for labelers that
+    are neither built in nor announced through the ``dripper.labelers`` entry-point group)."""
 
     def decorator(factory: LabelerFactory) -> LabelerFactory:
-        if name in _REGISTRY:
+        if _REGISTRY.get(name, factory) is not factory:
             raise ValueError(f"labeler {name!r} is already registered")
         _REGISTRY[name] = factory
         return factory
@@ -155,71 +170,56 @@ def register_labeler(name: str) -> Callable[[LabelerFactory], LabelerFactory]:
 
 
 def available_labelers() -> list[str]:
-    _load_builtin_labelers()
-    return sorted(_REGISTRY)
+    """Every labeler name: built in, announced through the ``dripper.labelers`` entry-point group, or
+    registered. Imports no labeler module."""
+    return sorted(set(_REGISTRY) | set(labeler_targets()))
 
 
-def build_labeler(name: str, **options) -> BlockLabeler:
-    """Build the labeler registered as ``name``, or imported from ``module:factory``, with ``options``.
+def labeler_factory(name: str) -> LabelerFactory:
+    """The class or factory of the labeler ``name`` (a registered name or ``module:factory``), importing
+    only its own module.
 
     Raises:
-        KeyError: unknown name (with the closest registered names), or an import path that does not
-            import or does not build a :class:`BlockLabeler`.
-        ValueError: an option the labeler does not take.
+        KeyError: an unknown name (with the closest names), or an import path that does not import.
     """
-    if ":" in name:
-        return _build_imported(name, options)
-    _load_builtin_labelers()
-    if name not in _REGISTRY:
-        close = difflib.get_close_matches(name, _REGISTRY, n=3)
+    if name in _REGISTRY:
+        return _REGISTRY[name]
+    target = name if ":" in name else labeler_targets().get(name)
+    if target is None:
+        known = available_labelers()
+        close = difflib.get_close_matches(name, known, n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
-        raise KeyError(f"unknown labeler {name!r} (known: {', '.join(sorted(_REGISTRY))}){hint}")
-    factory = _REGISTRY[name]
-    try:
-        inspect.signature(factory).bind(**options)
-    except TypeError as error:
-        raise ValueError(f"labeler {name!r}: {error}") from None
-    return factory(**options)
-
-
-def _build_imported(path: str, options: Mapping[str, Any]) -> BlockLabeler:
-    """A labeler that lives outside this package: ``package.module:factory``."""
+        raise KeyError(f"unknown labeler {name!r} (known: {', '.join(known)}){hint}")
     import importlib
 
-    module_name, _, attribute = path.partition(":")
+    module_name, _, attribute = target.partition(":")
     try:
         factory = getattr(importlib.import_module(module_name), attribute)
     except (ImportError, AttributeError) as error:
         raise KeyError(
-            f"labeler {path!r}: cannot import {attribute!r} from {module_name!r} ({error}); "
+            f"labeler {name!r}: cannot import {attribute!r} from {module_name!r} ({error}); "
             "give a registered name or module:factory"
         ) from error
+    if ":" not in name:
+        _REGISTRY.setdefault(name, factory)
+    return factory
+
+
+def build_labeler(name: str, **options) -> BlockLabeler:
+    """Build the labeler ``name`` (built in, from an entry point, registered, or ``module:factory``) with
+    ``options``.
+
+    Raises:
+        KeyError: unknown name (with the closest names), or an import path that does not import or does
+            not build a :class:`BlockLabeler`.
+        ValueError: an option the labeler does not take.
+    """
+    factory = labeler_factory(name)
+    try:
+        inspect.signature(factory).bind(**options)
+    except TypeError as error:
+        raise ValueError(f"labeler {name!r}: {error}") from None
     labeler = factory(**options)
     if not isinstance(labeler, BlockLabeler):
-        raise KeyError(f"labeler {path!r} built a {type(labeler).__name__}, not a BlockLabeler")
+        raise KeyError(f"labeler {name!r} built a {type(labeler).__name__}, not a BlockLabeler")
     return labeler
-
-
-#: The labeler used when none is named: the shipped CPU model (no GPU, no download).
-DEFAULT_LABELER = "cpu"
-
-_BUILTIN_MODULES = (
-    "dripper_core.labelers.oracle",
-    "dripper_core.labelers.trafilatura",
-    "dripper_core.labelers.vllm_labeler",
-    "dripper_core.labelers.openai_labeler",
-    "dripper_core.labelers.torch_engine",
-    "dripper_core.labelers.cpu.model",
-)
-
-
-def _load_builtin_labelers() -> None:
-    # Importing a module registers its labelers; heavy engines import their dependencies only when built.
-    import importlib
-
-    for module in _BUILTIN_MODULES:
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as error:
-            if error.name != module:
-                raise

@@ -220,13 +220,15 @@ def test_refinement_switches_match_the_refinement_steps():
     assert tuple(step for step in DEFAULT_STEPS if step != "tokenize") == DEFAULT_REFINE_STEPS
 
 
-def test_form_default_labeler_is_the_platform_default():
-    """The forms' default labeler is dripper_core's (kept literally in _params so parsing stays light)."""
+def test_the_labeler_form_lists_the_registry_without_importing_a_labeler():
+    """corpus_build's labeler field proposes every registered name (built in and plugins) and its default is
+    the platform's (tests/dripper_core/labelers/test_registry.py: listing the names imports no labeler)."""
     import _params
 
-    from dripper_core.labelers.base import DEFAULT_LABELER
+    from dripper_core.labelers.base import DEFAULT_LABELER, available_labelers
 
-    assert _params.DEFAULT_LABELER == DEFAULT_LABELER
+    field = _params.labeler_params()["labeler"]
+    assert field.schema["examples"] == available_labelers() and field.value == DEFAULT_LABELER
 
 
 def test_every_form_validates_with_its_defaults_in_the_demo_environment(monkeypatch):
