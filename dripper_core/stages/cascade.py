@@ -7,9 +7,9 @@ For an extractor spec with a ``route`` (:class:`~dripper_core.config.extractor.R
    spec's fallback), every page scored (``stats["route"]``, ``stats["declined"]``,
    ``stats["prompt_tokens_estimate"]``). These tasks ask for no worker resource.
 2. ``{extractor}/extracted/part-NNNNN.parquet`` (:func:`route_shard`): the routed pages of the first step's
-   shard, chosen over the whole shard (a ``share`` budget holds per shard), are read again from the
-   simplified shard and labelled by the route's labeler in batches of ``batch_size``; every other row is
-   copied. These tasks ask for ``GPU=1`` when the route's labeler needs a GPU, so on a cluster only they
+   shard, chosen over the whole shard (a ``share`` budget holds per shard; only the stats column is read
+   for it), are read again from the simplified shard and labelled by the route's labeler in batches of
+   ``batch_size``; every other row is copied. Rows stream through: memory holds one LM batch's rows. These tasks ask for ``GPU=1`` when the route's labeler needs a GPU, so on a cluster only they
    start the LM engine (one per worker process, kept for all its shards).
 
 Each step is exactly-once and resumable as every stage is (markers, atomic publication; step 2's marker
@@ -72,98 +72,129 @@ def _route_extractor(route: Any, batch_size: int) -> Any:
     return cached_extractor(key, lambda: Extractor(build_labeler(route.labeler, **route.options), options))
 
 
-def _read_rows(path: str, storage_options: dict[str, Any] | None) -> list[dict[str, Any]]:
+def _first_rows(
+    path: str, batch_size: int, storage_options: Any, columns: list[str] | None = None
+) -> Iterator:
+    """The step-1 shard's rows, one at a time (``columns`` only, when given)."""
     import pyarrow.parquet as pq
 
     fs, fs_path = filesystem_for(path, storage_options)
     with fs.open(fs_path, "rb") as f:
-        return pq.read_table(f, schema=extracted_schema()).to_pylist()
+        for batch in pq.ParquetFile(f).iter_batches(batch_size=batch_size, columns=columns):
+            yield from batch.to_pylist()
 
 
-def _routed_items(
-    simplified: str, chosen: set[int], rows: list[dict[str, Any]], batch_size: int, storage_options: Any
-) -> Iterator[tuple[int, Any]]:
-    """``(row position, (page, simplified page, problem))`` of the chosen rows, read from the simplified
-    shard the first step was made from (same rows, same order)."""
-    position = 0
-    for items in read_simplified_items(simplified, batch_size, storage_options):
-        for page, simplified_page, problem, _ in items:
-            if position >= len(rows) or rows[position]["doc_id"] != page.doc_id:
-                raise RuntimeError(
-                    f"{simplified}: row {position} is {page.doc_id!r}, not the first step's "
-                    f"{rows[position]['doc_id'] if position < len(rows) else 'end of shard'!r}; "
-                    "the simplified shard changed since: rerun the cascade with force"
-                )
-            if position in chosen:
-                yield position, (page, simplified_page, problem)
-            position += 1
+def _routing_keys(
+    first: str, batch_size: int, storage_options: Any
+) -> list[tuple[bool, float | None] | None]:
+    """Per step-1 row, ``(declined, score)`` for the rows the first labeler scored, ``None`` for the others;
+    only the stats column is read."""
+    keys: list[tuple[bool, float | None] | None] = []
+    for row in _first_rows(first, batch_size, storage_options, columns=["stats"]):
+        values = json.loads(row["stats"] or "{}")
+        keys.append((bool(values.get("declined")), values["route"]) if "route" in values else None)
+    return keys
+
+
+def _row_pairs(first: str, simplified: str, batch_size: int, storage_options: Any) -> Iterator[tuple]:
+    """``(step-1 row, simplified item)`` in shard order: the step-1 shard was made from this simplified
+    shard, row for row."""
+    simplified_items = (
+        item for items in read_simplified_items(simplified, batch_size, storage_options) for item in items
+    )
+    for position, row in enumerate(_first_rows(first, batch_size, storage_options)):
+        item = next(simplified_items, None)
+        if item is None or item[0].doc_id != row["doc_id"]:
+            raise RuntimeError(
+                f"{simplified}: row {position} is {item[0].doc_id if item else 'past the end'!r}, not the "
+                f"first step's {row['doc_id']!r}; the simplified shard changed since: rerun with force"
+            )
+        yield row, item
+    if next(simplified_items, None) is not None:
+        raise RuntimeError(f"{simplified} holds more rows than {first}: rerun the cascade with force")
 
 
 def _produce_routed(
     first: str, simplified: str, spec: Any, batch_size: int, storage_options: Any, stats: ShardStats
 ) -> Iterator[Any]:
+    """The step-2 rows, streamed: the routed share is chosen over the whole shard from the stats column;
+    then rows are held only until ``batch_size`` routed pages have gathered for one LM call."""
     import pyarrow as pa
 
     from dripper_core.pipeline import prompt_tokens_used
     from dripper_core.routing import RoutePolicy, select_routed
 
-    rows = _read_rows(first, storage_options)
-    row_stats = [json.loads(row["stats"] or "{}") for row in rows]
-    scored = [index for index, values in enumerate(row_stats) if "route" in values]
-    keys = [(bool(row_stats[i].get("declined")), row_stats[i]["route"]) for i in scored]
+    keys = _routing_keys(first, batch_size, storage_options)
+    scored = [index for index, key in enumerate(keys) if key is not None]
     policy = RoutePolicy(share=spec.route.share, below=spec.route.below)
-    chosen = {scored[k] for k in select_routed(keys, policy)}
-    for index in scored:
-        routed = index in chosen
-        row_stats[index]["routed"] = routed
-        tokens = int(row_stats[index].get("prompt_tokens_estimate") or 0)
-        stats.count("route:pages_scored")
-        stats.count("route:declined", int(bool(row_stats[index].get("declined"))))
-        stats.count("route:prompt_tokens_estimate", tokens)
+    chosen = {scored[k] for k in select_routed([keys[i] for i in scored], policy)}
+    extractor = _route_extractor(spec.route, batch_size) if chosen else None
+    tokens_before = prompt_tokens_used(extractor.labeler) if extractor else None
+    pending: list[tuple[dict[str, Any], dict[str, Any], Any]] = []  # (row, its stats, routed item or None)
+
+    def flush() -> Any:
+        routed = [(row, values, item) for row, values, item in pending if item is not None]
         if routed:
-            stats.count("route:pages_routed")
-            stats.count("route:routed_prompt_tokens_estimate", tokens)
-    if chosen:
-        extractor = _route_extractor(spec.route, batch_size)
-        tokens_before = prompt_tokens_used(extractor.labeler)
-        name = f"dripper:{extractor.labeler.name}"
-        batch: list[tuple[int, Any]] = []
-
-        def label(batch: list[tuple[int, Any]]) -> None:
             started = time.perf_counter()
-            results = extractor.extract_simplified([item for _, item in batch])
+            results = extractor.extract_simplified([item for *_, item in routed])
             stats.count("route_seconds", time.perf_counter() - started)
-            for (index, _), result in zip(batch, results, strict=True):
-                if result.extractor != name:  # no labels from the route: the first step's row stands
-                    row_stats[index]["route_failure"] = result.fallback_reason
-                    stats.count("route:route_failed")
-                    continue
-                for key, value in result.stats.items():
-                    if key not in ("page_confidence", "n_blocks"):
-                        row_stats[index][_ROUTE_STATS.get(key, key)] = value
-                rows[index].update(
-                    markdown=result.markdown,
-                    main_html=result.main_html,
-                    labels=result.labels,
-                    extractor=result.extractor,
-                    fallback_reason=None,
-                )
+            for (row, values, _), result in zip(routed, results, strict=True):
+                _take_route_result(row, values, result, f"dripper:{extractor.labeler.name}", stats)
+        for row, values, _ in pending:
+            row["stats"] = json.dumps(values, sort_keys=True, default=str)
+            count_row(stats, row["extractor"], row["fallback_reason"])
+        batch = pa.RecordBatch.from_pylist([row for row, *_ in pending], schema=extracted_schema())
+        pending.clear()
+        return batch
 
-        for item in _routed_items(simplified, chosen, rows, batch_size, storage_options):
-            batch.append(item)
-            if len(batch) >= batch_size:
-                label(batch)
-                batch = []
-        if batch:
-            label(batch)
+    waiting = 0
+    pairs = _row_pairs(first, simplified, batch_size, storage_options)
+    for index, (row, (page, simplified_page, problem, _)) in enumerate(pairs):
+        values = json.loads(row["stats"] or "{}")
+        item = None
+        if keys[index] is not None:
+            routed = index in chosen
+            values["routed"] = routed
+            tokens = int(values.get("prompt_tokens_estimate") or 0)
+            stats.count("route:pages_scored")
+            stats.count("route:declined", int(keys[index][0]))
+            stats.count("route:prompt_tokens_estimate", tokens)
+            if routed:
+                stats.count("route:pages_routed")
+                stats.count("route:routed_prompt_tokens_estimate", tokens)
+                item = (page, simplified_page, problem)
+                waiting += 1
+        pending.append((row, values, item))
+        # Copied rows go out with the next LM batch, or on their own once a row group's worth has gathered.
+        if waiting >= batch_size or (not waiting and len(pending) >= batch_size):
+            yield flush()
+            waiting = 0
+    if pending:
+        yield flush()
+    if extractor is not None:
         tokens_after = prompt_tokens_used(extractor.labeler)
         if tokens_before is not None and tokens_after is not None:
             stats.count("route:lm_prompt_tokens", tokens_after - tokens_before)
-    for row, values in zip(rows, row_stats, strict=True):
-        row["stats"] = json.dumps(values, sort_keys=True, default=str)
-        count_row(stats, row["extractor"], row["fallback_reason"])
-    for start in range(0, len(rows), batch_size):
-        yield pa.RecordBatch.from_pylist(rows[start : start + batch_size], schema=extracted_schema())
+
+
+def _take_route_result(
+    row: dict[str, Any], values: dict[str, Any], result: Any, name: str, stats: Any
+) -> None:
+    """A routed row: the route's labels replace the step-1 result; without them the step-1 row stands."""
+    if result.extractor != name:
+        values["route_failure"] = result.fallback_reason
+        stats.count("route:route_failed")
+        return
+    for key, value in result.stats.items():
+        if key not in ("page_confidence", "n_blocks"):
+            values[_ROUTE_STATS.get(key, key)] = value
+    row.update(
+        markdown=result.markdown,
+        main_html=result.main_html,
+        labels=result.labels,
+        extractor=result.extractor,
+        fallback_reason=None,
+    )
 
 
 def route_shard(
