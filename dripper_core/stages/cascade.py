@@ -9,8 +9,9 @@ For an extractor spec with a ``route`` (:class:`~dripper_core.config.extractor.R
 2. ``{extractor}/extracted/part-NNNNN.parquet`` (:func:`route_shard`): the routed pages of the first step's
    shard, chosen over the whole shard (a ``share`` budget holds per shard; only the stats column is read
    for it), are read again from the simplified shard and labelled by the route's labeler in batches of
-   ``batch_size``; every other row is copied. Rows stream through: memory holds one LM batch's rows. These tasks ask for ``GPU=1`` when the route's labeler needs a GPU, so on a cluster only they
-   start the LM engine (one per worker process, kept for all its shards).
+   ``batch_size``; every other row is copied. Rows stream through: memory holds one LM batch's rows.
+   These tasks ask for ``GPU=1`` when the route's labeler needs a GPU, so on a cluster only they start
+   the LM engine (one per worker process, kept for all its shards).
 
 Each step is exactly-once and resumable as every stage is (markers, atomic publication; step 2's marker
 names the step-1 shard it was made from). A crash between the steps loses nothing: the step-1 shard is
