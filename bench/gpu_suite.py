@@ -95,7 +95,7 @@ def steps(tiny: bool, calls: Path, out: Path) -> list[tuple[str, list[str], floa
         results,
         "--no-vllm",
     ]
-    if tiny:  # CPU: two pages, one torch thread (OpenMP spin-waiting on shared cores, see the README)
+    if tiny:  # CPU: two pages, one torch thread (OpenMP spin-waiting on shared cores: docs/lm-labelers.md)
         lm += ["--tiny", "--threads", "1", "--pages", "2", "--plain-pages", "1", "--sequential-pages", "1"]
     else:  # generate costs one forward pass per answer token: 3 pages of it take about as long as 352 of ours
         lm += ["--plain-pages", "3", "--sequential-pages", "8"]

@@ -5,8 +5,8 @@ the base class owns timing and error capture, so one failing page yields ``''`` 
 instead of a crashed run. Build one with :func:`get_extractor` from a name such as ``"trafilatura"`` or
 ``"dripper:oracle"``; the part after the colon is the extractor's argument.
 
-The settings below reproduce the baseline figures of ``/work/shared/data/README.md`` on ``dev.jsonl.gz``
-(152 full-text pages, 200 snippet pages) within ±0.005; each class notes what matched.
+The settings below reproduce the baseline figures of the development sets' README (not distributed) on
+``dev.jsonl.gz`` (152 full-text pages, 200 snippet pages) within ±0.005; each class notes what matched.
 """
 
 from __future__ import annotations

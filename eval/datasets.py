@@ -3,7 +3,7 @@
 Both yield :class:`BenchPage` records. The schema is detected per file from its first record, so a run can
 mix ``dev.jsonl.gz`` with a WebMainBench download.
 
-* Dev format (``/work/shared/data/README.md``): ``id``, ``url``, ``html``, ``ground_truth_text`` (null for
+* Dev format (the development sets' README (not distributed)): ``id``, ``url``, ``html``, ``ground_truth_text`` (null for
   snippet pages), ``ground_truth_format``, ``with_snippets``/``without_snippets``, ``language``, ``source``,
   and for ``dev_hard`` ``page_type``.
 * WebMainBench (UPSTREAM.md §3.1): ``track_id``, ``url``, ``html``, ``convert_main_content``,

@@ -2,7 +2,7 @@
 
 The model input is byte-compatible with ``mineru-html`` 1.1.2's ``simplify_html`` (the format the released
 MinerU-HTML weights expect); see ``tests/dripper_core/simplify/test_conformance.py`` for the measured
-agreement and README "Deliberate differences from upstream" for where and why it differs.
+agreement and docs/lm-labelers.md "Deliberate differences from upstream" for where and why it differs.
 """
 
 from __future__ import annotations

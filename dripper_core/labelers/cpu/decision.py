@@ -9,7 +9,7 @@ Two rules, named in the model file (``decision``) and overridable per labeler:
   still reachable), so a page the model is sure of keeps a tight cut near 0.5 and a page it is unsure of,
   typically a kind of page it has not seen, takes more of its likely text rather than a fragment.
   Out of fold it is worth +0.002 to +0.003 of ROUGE-5 on articles and costs as much on dev_hard
-  (Dragnet's reader comments); grouped by source, +0.019 of block-level F1 on the hard pages (README).
+  (Dragnet's reader comments); grouped by source, +0.019 of block-level F1 on the hard pages (docs/history.md).
 
 Either way a page with text never comes back empty, and blocks without text (images, embeds) follow
 their neighbours.
