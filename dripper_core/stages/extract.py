@@ -525,7 +525,8 @@ def extract_with_spec(
 
     Args:
         input_root: The run root holding ``simplified/``.
-        spec: An extractor spec (:class:`dripper_core.config.extractor.ExtractorSpec`, a dict or shorthand).
+        spec: An extractor spec: an :class:`~dripper_core.config.extractor.ExtractorSpec` as the front end
+            parsed and checked it, or a dict or shorthand (parsed and checked here).
         output_root: The extractor's folder (default: from the run layout).
         batch_size: Pages per labeler call.
         storage_options: fsspec options of both roots.
@@ -533,11 +534,12 @@ def extract_with_spec(
         **stage_options: More :func:`extract_stage` keywords (``workers``, ``scheduler``, ``progress``,
             ``raise_on_failure``).
     """
-    from dripper_core.config.extractor import check_labeler_options, parse_extractor
+    from dripper_core.config.extractor import ExtractorSpec, check_labeler_options, parse_extractor
     from dripper_core.layout import RunLayout
 
-    spec = parse_extractor(spec)
-    check_labeler_options([spec])
+    if not isinstance(spec, ExtractorSpec):  # a typed spec was parsed and checked where the run started
+        spec = parse_extractor(spec)
+        check_labeler_options([spec])
     output_root = output_root or RunLayout(str(input_root)).extractor(spec.name).root
     record_extractor(output_root, spec, storage_options, force=force)
     if spec.route is not None:
