@@ -12,7 +12,7 @@ The ensembles are trained with LightGBM (or scikit-learn's ``HistGradientBoostin
 gzip-compressed JSON file: no pickle (nothing executes on load), no learning library at run time, and the
 file records its format version, the package version, the training data and the cross-validated scores.
 :meth:`TreeEnsemble.decision_function` walks all trees of a chunk of rows at once (one numpy step per tree
-level); measured faster than LightGBM's own predictor and treelite's GTIL on these trees (see the README).
+level); measured faster than LightGBM's own predictor and treelite's GTIL on these trees (an earlier measurement, not in the docs today).
 """
 
 from __future__ import annotations
