@@ -59,10 +59,6 @@ class RouteCounts:
     routed_prompt_tokens: int = 0
     route_failed: int = 0
 
-    def add(self, other: RouteCounts) -> None:
-        for name in ("pages", "routed", "declined", "prompt_tokens", "routed_prompt_tokens", "route_failed"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-
     def as_dict(self) -> dict[str, float | int]:
         return {
             "pages_scored": self.pages,
