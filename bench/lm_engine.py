@@ -93,7 +93,7 @@ def prepare(source: Path, context: int, calls_file: Path, limit: int = 0) -> dic
                 ground_truth = record.get("ground_truth_text") or None
                 requests.append(LabelRequest(Page(str(index), "", ground_truth=ground_truth), page))
     planned = {size: planner.plan(requests) for size, planner in planners.items()}
-    oracle, drafts = page_labels(requests)
+    oracle, drafts, route_keys = page_labels(requests)
     lengths = planners[context].stats.prompt_lengths  # the whole-page prompt of every labellable page
     stats = {
         "source": source.name,
@@ -125,6 +125,7 @@ def prepare(source: Path, context: int, calls_file: Path, limit: int = 0) -> dic
                         "n_blocks": call.n_blocks,
                         "oracle": _window(oracle[call.page], call),
                         "cpu_draft": _window(drafts[call.page], call),
+                        "cpu_route": route_keys[call.page],
                         "prompt_ids": call.prompt_ids,
                         "regex": call.regex,
                         "max_tokens": call.max_tokens,
@@ -141,17 +142,20 @@ def prepare(source: Path, context: int, calls_file: Path, limit: int = 0) -> dic
     return stats
 
 
-def page_labels(requests) -> tuple[list[list[bool] | None], list[list[bool] | None]]:
-    """Per page: the ``oracle`` labels (full-text ground truth only; training targets for ``--train-steps``)
-    and the ``cpu`` labeler's labels (drafts for ``speculation=draft``); ``None`` where there are none."""
+def page_labels(requests) -> tuple[list, list, list[tuple[bool, float | None]]]:
+    """Per page: the ``oracle`` labels (full-text ground truth only; training targets for ``--train-steps``),
+    the ``cpu`` labeler's labels (drafts for ``speculation=draft``; ``None`` where there are none) and
+    its cascade routing key ``(declined, score)``, which ``--routed-share`` ranks pages by."""
     from dripper_core.labelers import build_labeler
+    from dripper_core.routing import route_score
 
     def main_or_none(labels) -> list[bool] | None:
         return list(labels.main) if labels.main is not None else None
 
     oracle = [main_or_none(labels) for labels in build_labeler("oracle").label_batch(requests)]
-    drafts = [main_or_none(labels) for labels in build_labeler("cpu").label_batch(requests)]
-    return oracle, drafts
+    cpu = build_labeler("cpu").label_batch(requests)
+    keys = [(labels.main is None, route_score(labels)) for labels in cpu]
+    return oracle, [main_or_none(labels) for labels in cpu], keys
 
 
 def _window(labels: list[bool] | None, call) -> list[bool] | None:
@@ -174,9 +178,17 @@ class BenchCalls:
     held_out: list[dict]
 
 
-def load_calls(calls_file: Path, pages: int, max_prompt_tokens: int) -> BenchCalls:
-    """The prepared calls as :class:`LMCall`, the first ``pages`` pages whose windows all fit the limit."""
+def load_calls(
+    calls_file: Path, pages: int, max_prompt_tokens: int, routed_share: float | None = None
+) -> BenchCalls:
+    """The prepared calls as :class:`LMCall`, the first ``pages`` pages whose windows all fit the limit.
+
+    With ``routed_share``, only the pages a cascade of that share would send to the LM, chosen among the
+    prepared pages by the same rule as the pipeline's (:func:`dripper_core.routing.select_routed`: the
+    pages the CPU labeler declined, then its least confident), before ``pages`` applies.
+    """
     from dripper_core.labelers.lm_common import LMCall
+    from dripper_core.routing import RoutePolicy, select_routed
 
     with gzip.open(calls_file, "rt", encoding="utf-8") as lines:
         bundle = json.load(lines)
@@ -188,6 +200,12 @@ def load_calls(calls_file: Path, pages: int, max_prompt_tokens: int) -> BenchCal
     keep = sorted(
         page for page, length in longest.items() if not max_prompt_tokens or length <= max_prompt_tokens
     )
+    if routed_share is not None:
+        if "cpu_route" not in bundle["calls"][0]:
+            raise SystemExit(f"{calls_file} predates the CPU labeler's routing keys: run --prepare again")
+        route = {call["page"]: tuple(call["cpu_route"]) for call in bundle["calls"]}
+        chosen_pages = select_routed([route[page] for page in keep], RoutePolicy(share=routed_share))
+        keep = sorted(keep[i] for i in chosen_pages)
     keep = set(keep[:pages] if pages else keep)
     chosen = [c for c in bundle["calls"] if c["page"] in keep]
     return BenchCalls(
@@ -419,7 +437,24 @@ def run_torch_engine(
     engine = ConstrainedDecoder(model, vocabulary, answer_format("compact"), options)
     if sequential:
         engine.runner = SequentialRunner(model)
-    engine.run(calls[:2])  # warm-up: kernels, allocator
+    name = (
+        f"torch (sequential runner, speculation={speculation})"
+        if sequential
+        else f"torch (speculation={speculation})"
+    )
+    with Timer(device) as warm:
+        engine.run(calls[:2])  # warm-up: kernels, allocator
+    # At once, so a run cut off later still says what two calls cost (the first GPU run stalled unexplained).
+    emit(
+        {
+            "warmup_of": name,
+            "warmup_calls": len(calls[:2]),
+            "warmup_prompt_tokens": sum(len(call.prompt_ids) for call in calls[:2]),
+            "warmup_seconds": round(warm.seconds, 3),
+            "warmup_forward_passes": engine.stats.forward_passes,
+            "warmup_answer_tokens": engine.stats.answer_tokens,
+        }
+    )
     engine.stats = type(engine.stats)()
     with Timer(device) as timer:
         answers = engine.run(calls, drafts)
@@ -427,9 +462,7 @@ def run_torch_engine(
     stats = engine.stats
     pages = len({call.page for call in calls})
     report(
-        f"torch (sequential runner, speculation={speculation})"
-        if sequential
-        else f"torch (speculation={speculation})",
+        name,
         model,
         calls,
         timer,
@@ -643,6 +676,17 @@ def main(argv: list[str] | None = None) -> int:
         help="also run the engine one sequence at a time through transformers' forward on this many pages",
     )
     parser.add_argument("--no-vllm", action="store_true", help="skip vLLM even where it is installed")
+    parser.add_argument(
+        "--routed-share",
+        type=float,
+        default=None,
+        help="only the pages a CPU -> LM cascade of this share routes (declined, then least confident)",
+    )
+    parser.add_argument(
+        "--shipped-only",
+        action="store_true",
+        help="only the shipped engine (torch, speculation=previous): no generate baseline, no ablations",
+    )
     parser.add_argument("--output", type=Path, help="also append the result lines to this file")
     args = parser.parse_args(argv)
     _OUTPUT[:] = [args.output] if args.output else []
@@ -667,7 +711,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
     peak = next((flops for key, flops in PEAK_FLOPS.items() if key in name), None)
-    bench = load_calls(args.calls, args.pages, args.max_prompt_tokens)
+    bench = load_calls(args.calls, args.pages, args.max_prompt_tokens, args.routed_share)
     calls = bench.calls
     pages = sorted({call.page for call in calls})
     emit(
@@ -679,6 +723,7 @@ def main(argv: list[str] | None = None) -> int:
             "context": bench.context,
             "pages": len(pages),
             "calls": len(calls),
+            "routed_share": args.routed_share,
             "prompt_tokens_per_page": round(sum(len(c.prompt_ids) for c in calls) / max(len(pages), 1)),
             # How a good labeler's labels run on these pages (speculation's best case), for reference.
             "oracle_label_runs_per_page": _runs_per_page(calls, bench.oracle),
@@ -726,6 +771,8 @@ def main(argv: list[str] | None = None) -> int:
             device,
             peak,
         )
+        if args.shipped_only:
+            return 0
         chosen = [i for i, call in enumerate(calls) if call.page in set(pages[: args.plain_pages])]
         if chosen:
             generated = guarded(

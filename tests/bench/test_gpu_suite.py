@@ -57,6 +57,7 @@ def test_the_plan_has_both_architectures_and_both_micro_batches(suite, tmp_path)
     plan = suite.steps(False, tmp_path / "calls.json.gz", tmp_path / "out")
     assert [name for name, _, _ in plan] == [
         "lm-qwen3-0.6b",
+        "lm-qwen3-0.6b-cascade30",
         "lm-hunyuan-0.5b",
         "pretrain-1b-mbs8",
         "pretrain-1b-mbs16",
@@ -67,6 +68,37 @@ def test_the_plan_has_both_architectures_and_both_micro_batches(suite, tmp_path)
     assert arguments["lm-hunyuan-0.5b"][arguments["lm-hunyuan-0.5b"].index("--arch") + 1] == "hunyuan"
     for name, size in (("pretrain-1b-mbs8", "8"), ("pretrain-1b-mbs16", "16")):
         assert arguments[name][arguments[name].index("--micro-batch-size") + 1] == size
+    cascade = arguments["lm-qwen3-0.6b-cascade30"]
+    assert cascade[cascade.index("--routed-share") + 1] == "0.3" and "--shipped-only" in cascade
+
+
+def test_routed_share_keeps_the_pages_the_cascade_routes(tmp_path):
+    """``--routed-share``: the pages the CPU labeler declined first, then its least confident, by the
+    pipeline's own rule; ``--pages`` applies after."""
+    import gzip
+
+    engine = load_bench("lm_engine")
+    keys = {0: [False, 0.95], 1: [True, None], 2: [False, 0.40], 3: [False, 0.99], 4: [False, 0.70]}
+    calls = [
+        {
+            "page": page,
+            "first_block": 0,
+            "n_blocks": 1,
+            "oracle": None,
+            "cpu_draft": None if declined else [True],
+            "cpu_route": [declined, score],
+            "prompt_ids": [1, 2, 3],
+            "regex": "x",
+            "max_tokens": 4,
+        }
+        for page, (declined, score) in keys.items()
+    ]
+    path = tmp_path / "calls.json.gz"
+    with gzip.open(path, "wt") as out:
+        json.dump({"source": "s", "context": 64, "pages": 5, "failed_pages": 0, "calls": calls}, out)
+    assert {c.page for c in engine.load_calls(path, 0, 0, 0.4).calls} == {1, 2}  # round(0.4 x 5) = 2
+    assert {c.page for c in engine.load_calls(path, 0, 0, 0.6).calls} == {1, 2, 4}
+    assert {c.page for c in engine.load_calls(path, 0, 0, None).calls} == {0, 1, 2, 3, 4}
 
 
 def test_the_suite_runs_on_cpu(suite, calls_file, tmp_path):
