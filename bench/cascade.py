@@ -14,9 +14,10 @@ dev_fundus beside the checkout) this bench records, out of fold:
 - the CPU labeler's end-to-end score (ROUGE-5 F1 normalised and raw, as ``eval`` scores; declined pages
   with the pipeline's fallback, Trafilatura: what the shipped extractor outputs), the page's fold model
   being the one of the labeler's grouped cross-validation (``--by site``: 5 folds grouped by site, as
-  ``cpu_labeler.py quality``; ``--by source``: leave one source out). The cross-validations are the
-  shipped training settings' (``TrainParams()``), cached in ``--cv-dir`` or read from a ``quality``
-  run's ``--save-cv`` (``--load-cv BY=FILE``); the training set is ``labeler_sweep.py``'s (``--cache``);
+  ``research.cpu_labeler_quality quality``; ``--by source``: leave one source out). The
+  cross-validations are the shipped training settings' (``TrainParams()``), cached in ``--cv-dir`` or
+  read from a ``quality`` run's ``--save-cv`` (``--load-cv BY=FILE``); the training set is
+  ``research.labeler_sweep``'s (``--cache``);
 - the second stage's score (``--second``: an extractor spec, ``oracle`` by default, e.g.
   ``qwen=vllm,model=/models/MinerU-HTML``);
 - the prompt tokens the page costs the LM (the v1.1 ``compact`` prompt of its simplified HTML under the
@@ -28,7 +29,7 @@ dev_fundus beside the checkout) this bench records, out of fold:
   labeler's page score, itself trained out of fold on the same folds as the labeler: a page's prediction
   comes from a router that saw neither its site, or its source, nor the labeler's output on them), ranked
   alone; ``router+declined``, the same after the declined pages, which is what the cascade does with a
-  ``Labels.route_score`` (``dripper_core.routing``: declined pages first); ``router+opinion`` (declined
+  ``Labels.route_score`` (``dripper.routing``: declined pages first); ``router+opinion`` (declined
   first too, plus Trafilatura's agreement with the labels among the summaries: a Trafilatura run per
   page); ``router-gain`` (declined first, trained on the second stage's gain over the CPU labeler instead
   of the CPU score); and ``ideal`` (the true gain, second − CPU). With a site-grouped pass, the routers
@@ -67,14 +68,12 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(REPO))  # run as `python bench/cascade.py`: the checkout's `research` package
 
-from labeler_sweep import ARTICLE_FILES, default_data, load_training, lump_spec  # noqa: E402
-
-from dripper_core.labelers.base import BlockLabeler  # noqa: E402
-from dripper_core.labelers.cpu.decision import expected_f1  # noqa: E402
-from dripper_core.labelers.cpu.features import FEATURE_NAMES, PageFeatures  # noqa: E402
+from dripper.labelers.base import BlockLabeler  # noqa: E402
+from dripper.labelers.cpu.decision import expected_f1  # noqa: E402
+from dripper.labelers.cpu.features import FEATURE_NAMES, PageFeatures  # noqa: E402
+from research.labeler_sweep import ARTICLE_FILES, default_data, load_training, lump_spec  # noqa: E402
 
 GROUPS = {"hard": ("dev_hard",), "articles": ARTICLE_FILES}
 SHARES = tuple(range(0, 101, 10))
@@ -223,23 +222,23 @@ def _init_worker(
     if tokenizer is not None:
         from transformers import AutoTokenizer
 
-        from dripper_core.labelers.lm_prompts import PromptRenderer
-        from dripper_core.prompt import answer_format
+        from dripper.labelers.lm_prompts import PromptRenderer
+        from dripper.prompt import answer_format
 
         _worker["renderer"] = PromptRenderer(
             AutoTokenizer.from_pretrained(tokenizer), answer_format("compact")
         )
     if opinion:
-        from dripper_core.labelers.trafilatura import TrafilaturaLabeler
+        from dripper.labelers.trafilatura import TrafilaturaLabeler
 
         _worker["opinion"] = TrafilaturaLabeler()
 
 
 def _second_extractor(spec: str):
     """The pipeline of an extractor spec (``oracle``, ``qwen=vllm,model=…``)."""
-    from dripper_core.config.extractor import parse_extractor
-    from dripper_core.labelers import build_labeler
-    from dripper_core.pipeline import ExtractOptions, Extractor
+    from dripper.config.extractor import parse_extractor
+    from dripper.labelers import build_labeler
+    from dripper.pipeline import ExtractOptions, Extractor
 
     parsed = parse_extractor(spec)
     return Extractor(
@@ -253,7 +252,7 @@ def _fold(by: str, key: str) -> int:
 
 
 def _labeler(by: str, fold: int):
-    from dripper_core.labelers.cpu.model import CpuLabeler
+    from dripper.labelers.cpu.model import CpuLabeler
 
     cache = _worker["labelers"]
     if (by, fold) not in cache:
@@ -277,7 +276,7 @@ class _Given(BlockLabeler):
 
 def _given_pipeline():
     """One pipeline per worker around a :class:`_Given` labeler (the fallback built once)."""
-    from dripper_core.pipeline import ExtractOptions, Extractor
+    from dripper.pipeline import ExtractOptions, Extractor
 
     if "given" not in _worker:
         _worker["given"] = Extractor(_Given(), ExtractOptions())
@@ -286,12 +285,12 @@ def _given_pipeline():
 
 def _prompt_tokens(simplified) -> tuple[int, bool]:
     """(prompt tokens, counted with the real tokenizer) of one simplified page."""
-    from dripper_core.prompt import build_prompt
+    from dripper.prompt import build_prompt
 
     try:
-        from dripper_core.prompt import CHARS_PER_TOKEN
+        from dripper.prompt import CHARS_PER_TOKEN
     except ImportError:  # older checkouts kept it in the simplify stage
-        from dripper_core.stages.simplify import CHARS_PER_TOKEN
+        from dripper.stages.simplify import CHARS_PER_TOKEN
 
     if simplified is None:
         return 0, _worker["renderer"] is not None
@@ -310,12 +309,12 @@ def _char_f1(main: np.ndarray, other: np.ndarray, chars: np.ndarray) -> float:
 def page_rows(pages: list, files: list[str], sites: list[str], sources: list[str]) -> list[dict]:
     """One row per page: scores of the CPU labeler (per grouping) and of the second stage, router features,
     prompt tokens (see the module docstring)."""
-    from dripper_core.labelers.base import LabelRequest
-    from dripper_core.labelers.cpu.decision import finish_labels
-    from dripper_core.labelers.cpu.features import page_features
-    from dripper_core.pipeline import ExtractOptions, Extractor, prepare_page
-    from dripper_core.types import Page
-    from eval.metrics import prepare_ground_truth, score_page
+    from dripper.eval.metrics import prepare_ground_truth, score_page
+    from dripper.labelers.base import LabelRequest
+    from dripper.labelers.cpu.decision import finish_labels
+    from dripper.labelers.cpu.features import page_features
+    from dripper.pipeline import ExtractOptions, Extractor, prepare_page
+    from dripper.types import Page
 
     rows = []
     for page, file, site, source in zip(pages, files, sites, sources, strict=True):
@@ -384,8 +383,8 @@ def page_rows(pages: list, files: list[str], sites: list[str], sources: list[str
 
 def _second_in_process(spec: str, pages: list, rows: list[dict], batch: int = 64) -> None:
     """Score an LM second stage in this process (one engine, batched), adding ``second`` to ``rows``."""
-    from dripper_core.types import Page
-    from eval.metrics import score_page
+    from dripper.eval.metrics import score_page
+    from dripper.types import Page
 
     extractor = _second_extractor(spec)
     try:
@@ -408,8 +407,8 @@ def _digest(*parts) -> str:
 
 def cross_validation(by: str, training, args, key: str):
     """The labeler's cross-validation grouped ``by`` (``--load-cv``, else ``--cv-dir``'s, else fitted)."""
-    from dripper_core.labelers.cpu.fit import TrainParams
-    from dripper_core.labelers.cpu.train import cross_validate
+    from dripper.labelers.cpu.fit import TrainParams
+    from dripper.labelers.cpu.train import cross_validate
 
     given = dict(args.load_cv).get(by)
     if given:
@@ -501,8 +500,8 @@ def _read_rows(path: Path) -> list[dict]:
 
 def _grouping_rows(args, by: str, key: str, lumped: dict[str, str]) -> list[dict]:
     """The per-page pass (:func:`page_rows`) with the fold models of the ``by`` cross-validation."""
-    from dripper_core.labelers.cpu.training_set import site_of
-    from eval.datasets import read_pages
+    from dripper.eval.datasets import read_pages
+    from dripper.labelers.cpu.training_set import site_of
 
     training, _ = load_training(args.data, args.cache, args.workers, args.limit)
     for page in training.pages:
@@ -568,7 +567,7 @@ def _training_code_digest() -> str:
     """What the labeler's cross-validation depends on in the code: ``labeler_sweep``'s feature code, less
     the router (which this bench trains on top of the fold models, and may change between runs)."""
     digest = hashlib.sha256()
-    for entry in ("dripper_core/labelers/cpu", "dripper_core/simplify", "dripper_core/labelers/oracle.py"):
+    for entry in ("dripper/labelers/cpu", "dripper/simplify", "dripper/labelers/oracle.py"):
         path = REPO / entry
         for file in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
             if file.name not in ("router.py", "model.py"):
@@ -579,7 +578,7 @@ def _training_code_digest() -> str:
 
 def _is_cheap(spec: str) -> bool:
     """Whether the second stage runs in the worker processes (no LM engine to share)."""
-    from dripper_core.config.extractor import parse_extractor
+    from dripper.config.extractor import parse_extractor
 
     return not parse_extractor(spec).is_lm
 
@@ -658,7 +657,7 @@ def route_orders(
             scores[name] = cpu - second
         elif name == "router":
             scores[name] = learned() + 1e-6 * confidence  # ties: by page confidence
-        elif name == "router+declined":  # what the cascade does with a route score (dripper_core.routing)
+        elif name == "router+declined":  # what the cascade does with a route score (dripper.routing)
             scores[name] = scores.get("router", learned() + 1e-6 * confidence) - 2.0 * declined
         elif name == "router-gain":  # trained on the second stage's gain instead of the CPU score
             scores[name] = learned(target="gain") + 1e-6 * confidence - 2.0 * declined

@@ -4,7 +4,7 @@ and against a one-task reference DAG parsed the same way in the same run.
 Usage: ``.venv/bin/python bench/dag_parse.py [--rounds R]``
 
 Each parse runs in a fresh interpreter that has already imported ``airflow.sdk`` (as the DAG processor has),
-so the time is the DAG file's own: its imports (``_common``, ``_params``, ``operators``) and building the
+so the time is the DAG file's own: its imports (``_common``, ``_params``, ``dripper.airflow``) and building the
 DAG. The median of ``--rounds`` parses per file is printed with its ratio to the reference and to the
 target, and the heavy libraries (torch, vLLM, datatrove, pandas, Dask, pyarrow, …) a file pulled in, which
 must be none. ``tests/dags/test_dagbag.py`` asserts the same with one parse per file.
@@ -28,11 +28,24 @@ HEAVY_MODULES = frozenset(
 )
 
 
+#: Modules of the package a DAG file may import at parse time: the operators, the stage configs and the
+#: few standard-library-only modules they read constants and job specs from.
+LIGHT_PREFIXES = ("dripper.airflow", "dripper.config")
+LIGHT_MODULES = frozenset(
+    {"dripper.io", "dripper.io.warc", "dripper.pretrain", "dripper.pretrain.config", "dripper.pretrain.slurm"}
+)
+
+
 def heavy_imports(loaded: list[str]) -> list[str]:
-    """The heavy modules among a parse's imports. Of the core, a DAG file may import only the stage configs
-    (``dripper_core.config``: pydantic); the extraction library (``dripper_core.pipeline``, ``.labelers``,
-    ``.stages``…) is a heavy import (the probe lists those submodules by name)."""
-    return sorted((set(loaded) & HEAVY_MODULES) | {m for m in loaded if m.startswith("dripper_core.")})
+    """The heavy modules among a parse's imports. Of the package, a DAG file may import only the operators,
+    the stage configs (pydantic) and :data:`LIGHT_MODULES`; the extraction library (``dripper.pipeline``,
+    ``.labelers``, ``.stages``…) is a heavy import (the probe lists the package's submodules by name)."""
+    library = {
+        m
+        for m in loaded
+        if m.startswith("dripper.") and not m.startswith(LIGHT_PREFIXES) and m not in LIGHT_MODULES
+    }
+    return sorted((set(loaded) & HEAVY_MODULES) | library)
 
 
 _PROBE = """
@@ -47,7 +60,7 @@ spec.loader.exec_module(module)
 elapsed = time.perf_counter() - started
 new = set(sys.modules) - before
 loaded = sorted({{name.split(".")[0] for name in new}})
-loaded += sorted(n for n in new if n.startswith("dripper_core.") and not n.startswith("dripper_core.config"))
+loaded += sorted(n for n in new if n.startswith("dripper."))
 print(json.dumps({{"seconds": elapsed, "loaded": loaded}}))
 """
 

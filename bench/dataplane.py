@@ -5,13 +5,13 @@
 Default input: the bundled sample snapshot (``snapshot:CC-MAIN-SAMPLE@data/sample``, 196 HTML pages in 4
 WARC files). In one run, on the same pages:
 
-- ``stage, 1 process``: :func:`dripper_core.stages.simplify.simplify_stage` with ``workers=0``: WARC read,
+- ``stage, 1 process``: :func:`dripper.stages.simplify.simplify_stage` with ``workers=0``: WARC read,
   decode, simplify, mapping view serialised, prompt estimate, parquet (zstd) written and published: the
   whole stage, wall time;
 - ``stage, N-worker LocalCluster``: the same on a Dask ``LocalCluster`` started beforehand (its start-up
   time is printed separately), per core = pages/s ÷ N;
 - ``simplify_html only``: the simplifier alone on the decoded pages (what the stage adds on top of it);
-- ``extract stage (cpu labeler)``: :func:`dripper_core.stages.extract.extract_stage` with ``workers=0``
+- ``extract stage (cpu labeler)``: :func:`dripper.stages.extract.extract_stage` with ``workers=0``
   over the shards of one simplify run: read, label with the CPU labeler, reconstruct, Markdown, fallback,
   parquet written; and ``simplify + extract stages``: both stages' best CPU times added (the whole CPU path
   of the data plane, WARC to Markdown);
@@ -39,8 +39,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from dripper_core.stages.runner import dask_client  # noqa: E402
-from dripper_core.stages.simplify import resolve_warc_inputs, simplify_stage  # noqa: E402
+from dripper.stages.runner import dask_client  # noqa: E402
+from dripper.stages.simplify import resolve_warc_inputs, simplify_stage  # noqa: E402
 
 DEFAULT_INPUT = f"snapshot:CC-MAIN-SAMPLE@{REPO / 'data' / 'sample'}"
 
@@ -80,7 +80,7 @@ def _stage_once(warc_files: list[str], **kwargs) -> int:
 
 
 def _extract_once(simplified_root: str) -> int:
-    from dripper_core.stages.extract import extract_stage
+    from dripper.stages.extract import extract_stage
 
     root = tempfile.mkdtemp(prefix="bench-dataplane-extract-")
     try:
@@ -91,8 +91,8 @@ def _extract_once(simplified_root: str) -> int:
 
 
 def _decoded_pages(warc_files: list[str]) -> list[tuple[str, str | None]]:
-    from dripper_core.decode import decode_html
-    from dripper_core.io.warc import iter_warc_pages
+    from dripper.decode import decode_html
+    from dripper.io.warc import iter_warc_pages
 
     pages = []
     for warc_file in warc_files:
@@ -113,7 +113,7 @@ def main() -> int:
 
     import trafilatura
 
-    from dripper_core.simplify import simplify_html
+    from dripper.simplify import simplify_html
 
     warc_files = resolve_warc_inputs(args.input)
     pages = _decoded_pages(warc_files)

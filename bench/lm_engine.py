@@ -69,12 +69,12 @@ def default_source() -> Path:
 
 def prepare(source: Path, context: int, calls_file: Path, limit: int = 0) -> dict:
     """Prompts of ``source``'s pages as token ids, windowed to ``context``; returns the prompt statistics."""
-    from dripper_core.labelers.base import LabelRequest
-    from dripper_core.labelers.lm_common import CallPlanner, load_tokenizer
-    from dripper_core.labelers.lm_prompts import PromptRenderer
-    from dripper_core.prompt import answer_format
-    from dripper_core.simplify import SimplifyOptions, simplify_html
-    from dripper_core.types import Page
+    from dripper.labelers.base import LabelRequest
+    from dripper.labelers.lm_common import CallPlanner, load_tokenizer
+    from dripper.labelers.lm_prompts import PromptRenderer
+    from dripper.prompt import answer_format
+    from dripper.simplify import SimplifyOptions, simplify_html
+    from dripper.types import Page
 
     tokenizer = load_tokenizer(TOKENIZER_DIR)
     renderer = PromptRenderer(tokenizer, answer_format("compact"))
@@ -146,8 +146,8 @@ def page_labels(requests) -> tuple[list, list, list[tuple[bool, float | None]]]:
     """Per page: the ``oracle`` labels (full-text ground truth only; training targets for ``--train-steps``),
     the ``cpu`` labeler's labels (drafts for ``speculation=draft``; ``None`` where there are none) and
     its cascade routing key ``(declined, score)``, which ``--routed-share`` ranks pages by."""
-    from dripper_core.labelers import build_labeler
-    from dripper_core.routing import route_score
+    from dripper.labelers import build_labeler
+    from dripper.routing import route_score
 
     def main_or_none(labels) -> list[bool] | None:
         return list(labels.main) if labels.main is not None else None
@@ -184,11 +184,11 @@ def load_calls(
     """The prepared calls as :class:`LMCall`, the first ``pages`` pages whose windows all fit the limit.
 
     With ``routed_share``, only the pages a cascade of that share would send to the LM, chosen among the
-    prepared pages by the same rule as the pipeline's (:func:`dripper_core.routing.select_routed`: the
+    prepared pages by the same rule as the pipeline's (:func:`dripper.routing.select_routed`: the
     pages the CPU labeler declined, then its least confident), before ``pages`` applies.
     """
-    from dripper_core.labelers.lm_common import LMCall
-    from dripper_core.routing import RoutePolicy, select_routed
+    from dripper.labelers.lm_common import LMCall
+    from dripper.routing import RoutePolicy, select_routed
 
     with gzip.open(calls_file, "rt", encoding="utf-8") as lines:
         bundle = json.load(lines)
@@ -243,7 +243,7 @@ def build_model(tiny: bool, device: str, digit_scale: float, arch: str = "qwen3"
     import torch
     from make_tiny_models import ARCHITECTURES, causal_lm, shape_label_preferences, vary_query_key_norms
 
-    from dripper_core.labelers.lm_common import load_tokenizer
+    from dripper.labelers.lm_common import load_tokenizer
 
     tokenizer = load_tokenizer(TOKENIZER_DIR)
     hidden, layers, heads, kv_heads, mlp = TINY_SHAPE if tiny else SHAPES[arch]
@@ -274,7 +274,7 @@ def train_on_oracle(model, tokenizer, examples: list[dict], steps: int, max_toke
 
     import torch
 
-    from dripper_core.prompt import answer_format
+    from dripper.prompt import answer_format
 
     answers = answer_format("compact")
     pool = [c for c in examples if c["oracle"] is not None and len(c["prompt_ids"]) <= max_tokens]
@@ -406,8 +406,8 @@ def report(name: str, model, calls, timer: Timer, answer_tokens: int, forward_pa
 
 
 def vocabulary_for(tokenizer, model):
-    from dripper_core.labelers.lm_common import stop_token_ids
-    from dripper_core.labelers.lm_tokens import TokenVocabulary, token_bytes_table
+    from dripper.labelers.lm_common import stop_token_ids
+    from dripper.labelers.lm_tokens import TokenVocabulary, token_bytes_table
 
     return TokenVocabulary(token_bytes_table(tokenizer, model.config.vocab_size), stop_token_ids(tokenizer))
 
@@ -427,9 +427,9 @@ def run_torch_engine(
     ``sequential``: through transformers' own forward one sequence at a time (:class:`SequentialRunner`, the
     path of architectures the slot runner does not cover) instead of the batched slot cache.
     """
-    from dripper_core.labelers.torch_decoder import ConstrainedDecoder, EngineOptions
-    from dripper_core.labelers.torch_runners import SequentialRunner
-    from dripper_core.prompt import answer_format
+    from dripper.labelers.torch_decoder import ConstrainedDecoder, EngineOptions
+    from dripper.labelers.torch_runners import SequentialRunner
+    from dripper.prompt import answer_format
 
     calls = bench.calls
     drafts = bench.drafts if speculation == "draft" else None
@@ -486,7 +486,7 @@ def run_plain_generate(model, vocabulary, calls, device: str, peak):
     import torch
     from transformers import LogitsProcessor, LogitsProcessorList
 
-    from dripper_core.labelers.lm_tokens import AnswerAutomaton
+    from dripper.labelers.lm_tokens import AnswerAutomaton
 
     class RegexConstraint(LogitsProcessor):
         """Masks every token the answer regex does not allow next (our automaton, vLLM's semantics)."""
@@ -535,7 +535,7 @@ def run_vllm(model, tokenizer, vocabulary, calls, context: int, device: str, pea
     except ImportError:
         emit({"engine": "vllm", "skipped": "vllm is not installed"})
         return None
-    from dripper_core.labelers.vllm_labeler import VLLMLabeler
+    from dripper.labelers.vllm_labeler import VLLMLabeler
 
     if not device.startswith("cuda"):
         os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
@@ -574,7 +574,7 @@ def _main_share(answers) -> float:
 
 
 def _labels(answer, call) -> list[bool] | None:
-    from dripper_core.prompt import AnswerParseError, answer_format
+    from dripper.prompt import AnswerParseError, answer_format
 
     try:
         return answer_format("compact").parse(answer.text, call.n_blocks) if answer.failure is None else None

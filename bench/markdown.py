@@ -8,7 +8,7 @@ main HTML ``--rounds`` times; a page's time is its best round (the dev machine i
 round is the least disturbed one). Printed per converter: mean and median ms/page, ms per 20 KB of main
 HTML (total time / total bytes), and pages/s. Converters:
 
-- ``dripper``  : :func:`dripper_core.markdown.html_to_markdown` (defaults: no links, no images);
+- ``dripper``  : :func:`dripper.markdown.html_to_markdown` (defaults: no links, no images);
 - ``html2text``: ``HTML2Text(bodywidth=0)``, links and images ignored (the benchmark's converter);
 - ``h2m-rust`` : the ``html_to_markdown`` package (reference; it loses formulas, see the module docstring).
 
@@ -36,7 +36,7 @@ if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
     sys.path.pop(0)
 sys.path.insert(0, str(REPO))
 
-from dripper_core.markdown import html_to_markdown  # noqa: E402
+from dripper.markdown import html_to_markdown  # noqa: E402
 
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "dev.jsonl.gz"
 

@@ -1,7 +1,7 @@
 """Train the 1B Llama-style config a few steps on one GPU; report tokens/s and model FLOP utilisation.
 
 Needs only torch, megatron-core and this repository (no network, no dataset: random tokens). It runs the
-training step of ``pretrain.train`` (Megatron-core GPTModel, SDPA attention, bf16 autocast over fp32
+training step of ``dripper.pretrain.train`` (Megatron-core GPTModel, SDPA attention, bf16 autocast over fp32
 weights, fused AdamW, global-norm clipping) and times the steps after a warm-up::
 
     python bench/pretrain_gpu.py                       # llama-1b, bf16, on cuda:0
@@ -29,7 +29,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pretrain.config import get_model_config, padded_vocab_size  # noqa: E402
+from dripper.pretrain.config import get_model_config, padded_vocab_size  # noqa: E402
 
 # Dense (no sparsity) bf16 tensor-core peaks from the vendors' datasheets, TFLOP/s.
 DATASHEET_BF16_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0}
@@ -82,9 +82,9 @@ def run_benchmark(bench: BenchConfig, on_step: Callable[[dict], None] | None = N
 
     ``on_step`` gets ``{"step", "seconds", "loss", "warmup"}`` after every step.
     """
-    from pretrain.config import TrainConfig
-    from pretrain.model import build_model, init_parallel, set_seed
-    from pretrain.train import build_optimizer, clip_grad_norm, forward_backward
+    from dripper.pretrain.config import TrainConfig
+    from dripper.pretrain.model import build_model, init_parallel, set_seed
+    from dripper.pretrain.train import build_optimizer, clip_grad_norm, forward_backward
 
     wall_start = time.perf_counter()
     state = init_parallel(1, 1, bench.device)

@@ -42,10 +42,10 @@ def extract_sample(root: Path) -> Path:
     """``{root}/extracted/``: the sample's WARC pages through the trafilatura labeler, one shard per file."""
     import pyarrow as pa
 
-    from dripper_core.io.warc import iter_warc_pages
-    from dripper_core.pipeline import extract_batch
-    from dripper_core.stages.extract import extracted_schema
-    from dripper_core.stages.shards import ShardStats, list_done_shards, run_shard
+    from dripper.io.warc import iter_warc_pages
+    from dripper.pipeline import extract_batch
+    from dripper.stages.extract import extracted_schema
+    from dripper.stages.shards import ShardStats, list_done_shards, run_shard
 
     sample = REPO / "data" / "sample"
     warcs = sorted(glob.glob(str(sample / "crawl-data" / "*" / "segments" / "*" / "warc" / "*.warc.gz")))
@@ -111,7 +111,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
 
-    from dripper_core.refine import STEP_ORDER, RefineConfig, TokenizeConfig, run_refine
+    from dripper.refine import STEP_ORDER, RefineConfig, TokenizeConfig, run_refine
 
     input_root = args.input or extract_sample(args.work / "sample")
     tokenizer = args.tokenizer or (str(QWEN) if (QWEN / "tokenizer.json").exists() else None)

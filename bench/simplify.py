@@ -31,8 +31,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from dripper_core.simplify import SimplifyOptions, simplify_html  # noqa: E402
-from dripper_core.simplify.dom import parse_document, processing_copy, repair_html  # noqa: E402
+from dripper.simplify import SimplifyOptions, simplify_html  # noqa: E402
+from dripper.simplify.dom import parse_document, processing_copy, repair_html  # noqa: E402
 
 _WHITESPACE = re.compile(r"\s+")
 _ORACLE_PYTHON = REPO / ".venv-oracle" / "bin" / "python"

@@ -5,7 +5,7 @@
 Default input: the bundled sample's WARC files (data/sample/crawl-data/CC-MAIN-SAMPLE). Each reader keeps
 HTTP 200 ``text/html``/``application/xhtml+xml`` responses and reads their payloads fully:
 
-- ``dripper`` : :func:`dripper_core.io.warc.iter_warc_pages` (FastWARC + accounting + corrupt-member recovery);
+- ``dripper`` : :func:`dripper.io.warc.iter_warc_pages` (FastWARC + accounting + corrupt-member recovery);
 - ``fastwarc``: a bare FastWARC loop doing the same filtering (what the wrapper costs);
 - ``warcio``  : the equivalent warcio loop (needs ``pip install warcio``).
 
@@ -31,7 +31,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from dripper_core.io.warc import HTML_CONTENT_TYPES, WarcReadStats, iter_warc_pages  # noqa: E402
+from dripper.io.warc import HTML_CONTENT_TYPES, WarcReadStats, iter_warc_pages  # noqa: E402
 
 SAMPLE = REPO / "data" / "sample" / "crawl-data" / "CC-MAIN-SAMPLE"
 MAX_PAYLOAD = 10 * 1024 * 1024
@@ -114,9 +114,7 @@ def main() -> None:
     parser.add_argument("warcs", nargs="*", type=Path)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    logging.getLogger("dripper_core.io.warc").setLevel(
-        logging.ERROR
-    )  # the sample's corrupt member is on purpose
+    logging.getLogger("dripper.io.warc").setLevel(logging.ERROR)  # the sample's corrupt member is on purpose
     files = args.warcs or sorted(SAMPLE.glob("segments/*/warc/*.warc.gz"))
     if not files:
         sys.exit(f"no WARC files found under {SAMPLE}; run scripts/make_sample.py")

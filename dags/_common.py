@@ -2,7 +2,7 @@
 head of every corpus build (select → simplify → record). The params forms are ``_params``'s.
 
 Imported by the DAG processor on every parse: only the standard library, ``airflow.sdk``, the stage
-configs (``dripper_core.config``: pydantic) and the thin ``operators`` package here.
+configs (``dripper.config``: pydantic) and the thin ``operators`` package here.
 
 Deployment defaults come from the environment (the names ``docker/compose.yaml`` passes):
 
@@ -33,10 +33,10 @@ from typing import Any
 
 from airflow.sdk import Asset
 
-from dripper_core.config.extract import ExtractStageConfig
-from dripper_core.config.refine import RefineStageConfig
-from dripper_core.config.simplify import SimplifyStageConfig
-from dripper_core.config.tokenize import TokenizeStageConfig
+from dripper.config.extract import ExtractStageConfig
+from dripper.config.refine import RefineStageConfig
+from dripper.config.simplify import SimplifyStageConfig
+from dripper.config.tokenize import TokenizeStageConfig
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 COLLINFO_URL = "https://index.commoncrawl.org/collinfo.json"
@@ -100,7 +100,7 @@ DASK = templated("dask_scheduler", "force") | stage_templates(
 def simplified_selection(from_asset_event: bool = True) -> tuple[Any, Any, str]:
     """The head of a corpus build: ``select_warcs`` → ``simplify`` (mapped over batches of WARC files) →
     ``record_simplify``. Returns the first and last task and the template of the selection's folder."""
-    from operators.stages import RecordSimplifyOperator, SelectWarcsOperator, SimplifyBatchOperator
+    from dripper.airflow.stages import RecordSimplifyOperator, SelectWarcsOperator, SimplifyBatchOperator
 
     select = SelectWarcsOperator(
         task_id="select_warcs",
@@ -111,8 +111,6 @@ def simplified_selection(from_asset_event: bool = True) -> tuple[Any, Any, str]:
             "warc_fraction",
             "seed",
             "warcs_per_shard",
-            warc_count="count",
-            warc_fraction="fraction",
         ),
         from_asset_event=from_asset_event,
         **STORAGE,

@@ -1,7 +1,7 @@
 """The DAGs' trigger forms, put together from the groups each DAG needs (``corpus_build_params()``,
 ``extractor_ablation_params()``, …).
 
-A stage's fields come from its config (``dripper_core.config.{simplify,extract,refine,tokenize,pretrain,
+A stage's fields come from its config (``dripper.config.{simplify,extract,refine,tokenize,pretrain,
 evaluate,report}``: name, type, default, description, constraints), so the form, ``dripper run STAGE`` and
 the Python API cannot drift apart; only the fields no stage has (the crawl, the labeler or extractors, the
 storage root, the Dask scheduler) are written here. Imported by the DAG processor on every parse: the
@@ -15,16 +15,16 @@ from typing import Any
 from _common import COLLINFO_URL, default_storage_root, env
 from airflow.sdk import Param
 
-from dripper_core.config.evaluate import EvaluateStageConfig
-from dripper_core.config.extract import ExtractStageConfig
-from dripper_core.config.extractor import LABELER_PATTERN
-from dripper_core.config.labelers import DEFAULT_LABELER, labeler_names
-from dripper_core.config.pretrain import PretrainStageConfig
-from dripper_core.config.refine import RefineStageConfig
-from dripper_core.config.report import ReportStageConfig
-from dripper_core.config.settings import StageConfig
-from dripper_core.config.simplify import SimplifyStageConfig
-from dripper_core.config.tokenize import TokenizeStageConfig
+from dripper.config.evaluate import EvaluateStageConfig
+from dripper.config.extract import ExtractStageConfig
+from dripper.config.extractor import LABELER_PATTERN
+from dripper.config.labelers import DEFAULT_LABELER, labeler_names
+from dripper.config.pretrain import PretrainStageConfig
+from dripper.config.refine import RefineStageConfig
+from dripper.config.report import ReportStageConfig
+from dripper.config.settings import StageConfig
+from dripper.config.simplify import SimplifyStageConfig
+from dripper.config.tokenize import TokenizeStageConfig
 
 SELECTION = "WARC selection"
 EXTRACTION = "Extraction"
@@ -187,7 +187,7 @@ _SLURM_JOBS = {
     ),
     "pretrain": (
         "Pretraining",
-        "sbatch options (pretrain.slurm.SlurmJobConfig): nodes, gpus_per_node, partition, account, time, "
+        "sbatch options (dripper.pretrain.slurm.SlurmJobConfig): nodes, gpus_per_node, partition, account, time, "
         'sbatch_lines, env, setup, python, poll_seconds…, e.g. {"nodes": 4, "gpus_per_node": 8, '
         '"partition": "h100", "time": "2-00:00:00"}',
     ),
@@ -309,7 +309,7 @@ def labeler_params() -> dict[str, Param]:
 
 
 def extractors_params() -> dict[str, Param]:
-    """The extractors to compare, as extractor specs (extractor_ablation; ``dripper_core.config.extractor``)."""
+    """The extractors to compare, as extractor specs (extractor_ablation; ``dripper.config.extractor``)."""
     return {
         "extractors": Param(
             list(dict.fromkeys([default_labeler(), "trafilatura"])),

@@ -18,7 +18,11 @@ from _common import CRAWL_MANIFEST_ASSET, DEFAULT_ARGS, STORAGE, env, templated,
 from _params import cc_snapshot_refresh_params
 from airflow.sdk import DAG
 
-from operators.stages import FindNewCrawlsOperator, RecordKnownCrawlsOperator, WriteCrawlManifestOperator
+from dripper.airflow.stages import (
+    FindNewCrawlsOperator,
+    RecordKnownCrawlsOperator,
+    WriteCrawlManifestOperator,
+)
 
 with DAG(
     dag_id="cc_snapshot_refresh",

@@ -31,7 +31,7 @@ from _common import (
 from _params import corpus_build_params
 from airflow.sdk import DAG
 
-from operators.stages import ExtractOperator, PublishCorpusOperator, RefineOperator, TokenizeOperator
+from dripper.airflow.stages import ExtractOperator, PublishCorpusOperator, RefineOperator, TokenizeOperator
 
 with DAG(
     dag_id="corpus_build",

@@ -1,6 +1,6 @@
 """extraction_benchmark: score main-content extractors on labelled pages and store the table.
 
-Runs ``python -m eval.extraction`` (ROUGE-5 F1 raw and normalised, snippet precision/recall/F1, pages/s)
+Runs ``python -m dripper.eval.extraction`` (ROUGE-5 F1 raw and normalised, snippet precision/recall/F1, pages/s)
 in a process of its own over the labelled pages (the bundled sample's 60 pages by default; the dev sets or
 WebMainBench files in production), and stores ``summary.json``, ``report.txt`` and ``pages.jsonl`` under
 ``{storage_root}/extraction_benchmark/{name}/``. Extractors: ``trafilatura``, ``resiliparse``,
@@ -15,7 +15,7 @@ from _common import DEFAULT_ARGS, EXTRACTION_BENCHMARK_ASSET, templated
 from _params import extraction_benchmark_params
 from airflow.sdk import DAG
 
-from operators.stages import ExtractionBenchmarkOperator
+from dripper.airflow.stages import ExtractionBenchmarkOperator
 
 with DAG(
     dag_id="extraction_benchmark",

@@ -5,7 +5,7 @@ pretrained on each, its checkpoints scored on the benchmark suite, and the ablat
     → extract → refine → tokenize → pretrain → evaluate      (each mapped over the extractors)
     → extraction_quality (the same extractor specs on a labelled page set) → ablation_report
 
-Extractors are specs (``dripper_core.config.extractor``): ``cpu``, ``trafilatura``, or
+Extractors are specs (``dripper.config.extractor``): ``cpu``, ``trafilatura``, or
 ``NAME=LABELER,key=value,…`` such as ``v10=vllm,model=/models/MinerU-HTML,answer_format=json``; the name is
 the corpus folder and the report row, so one labeler can sit in an ablation twice under two names. The
 specs and the benchmark suite's data are checked first: a bad field or a benchmark whose data is not here
@@ -16,8 +16,8 @@ same folders ``corpus_build`` uses, so a corpus already built is reused); each e
 ``…/extractors/{name}/`` with its corpus, tokens, ``pretrain/`` and ``eval/``; the report goes to
 ``{selection}/ablations/{name}/report/``. Each model is checkpointed every ``eval_every`` steps and every
 checkpoint is scored, so the report shows scores over training tokens with their standard errors.
-Pretraining (``python -m pretrain``), evaluation (``python -m eval.lm_suite``) and the report
-(``python -m eval.report``) run in processes of their own; a worker without their modules fails those tasks
+Pretraining (``python -m dripper.pretrain``), evaluation (``python -m dripper.eval.lm_suite``) and the report
+(``python -m dripper.eval.report``) run in processes of their own; a worker without their modules fails those tasks
 at once with a message naming the missing module, and the corpora before them are kept: clearing the tasks
 later resumes. Pretraining and evaluation read local files: the storage root must be a filesystem the
 workers mount.
@@ -41,10 +41,7 @@ from _common import (
 from _params import extractor_ablation_params
 from airflow.sdk import DAG, task
 
-from dripper_core.config.evaluate import EvaluateStageConfig
-from dripper_core.config.pretrain import PretrainStageConfig
-from dripper_core.config.report import ReportStageConfig
-from operators.stages import (
+from dripper.airflow.stages import (
     AblationReportOperator,
     CheckSuiteOperator,
     EvaluateOperator,
@@ -54,6 +51,9 @@ from operators.stages import (
     RefineOperator,
     TokenizeOperator,
 )
+from dripper.config.evaluate import EvaluateStageConfig
+from dripper.config.pretrain import PretrainStageConfig
+from dripper.config.report import ReportStageConfig
 
 
 def _root(result: dict[str, Any]) -> str:
@@ -80,7 +80,7 @@ with DAG(
         """The extractor specs, validated (fields and labeler options); one extract task each."""
         from airflow.sdk.exceptions import AirflowFailException
 
-        from dripper_core.config.extractor import ExtractorSpecError, check_labeler_options, parse_extractors
+        from dripper.config.extractor import ExtractorSpecError, check_labeler_options, parse_extractors
 
         try:
             specs = parse_extractors(params["extractors"])

@@ -18,10 +18,7 @@ COPY docker/requirements/build.txt /tmp/build.txt
 RUN pip install --no-cache-dir --no-deps --require-hashes -r /tmp/build.txt
 WORKDIR /src
 COPY pyproject.toml README.md ./
-COPY dripper_core ./dripper_core
-COPY operators ./operators
-COPY pretrain ./pretrain
-COPY eval ./eval
+COPY dripper ./dripper
 RUN pip wheel --no-cache-dir --no-deps --no-build-isolation --wheel-dir /dist .
 # Every third-party distribution comes from the lock, hash-checked; the project adds none of its own.
 COPY docker/requirements/airflow.txt /tmp/requirements.txt

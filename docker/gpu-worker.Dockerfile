@@ -20,10 +20,7 @@ COPY docker/requirements/build.txt /tmp/build.txt
 RUN pip install --no-cache-dir --no-deps --require-hashes -r /tmp/build.txt
 WORKDIR /src
 COPY pyproject.toml README.md ./
-COPY dripper_core ./dripper_core
-COPY operators ./operators
-COPY pretrain ./pretrain
-COPY eval ./eval
+COPY dripper ./dripper
 RUN pip wheel --no-cache-dir --no-deps --no-build-isolation --wheel-dir /dist .
 
 # ---- build: a standalone CPython and the locked dependencies, on the runtime's distribution --------------

@@ -254,7 +254,7 @@ def demo_labeler() -> str:
     """``cpu`` when that labeler is registered and builds (its model ships in the package), else
     ``trafilatura``."""
     sys.path.insert(0, str(REPO))
-    from dripper_core.labelers import available_labelers, build_labeler
+    from dripper.labelers import available_labelers, build_labeler
 
     if "cpu" not in available_labelers():
         return "trafilatura"
@@ -277,14 +277,14 @@ def demo_tokenizer(env: dict[str, str]) -> str:
 
 def sample_tokenizer(folder: Path, vocab_size: int = 2000) -> str:
     """``folder`` holding a byte-level BPE trained on the bundled sample's ground truth, saved as a Hugging
-    Face tokenizer with ``<|endoftext|>`` as its end-of-document token (``pretrain.toy``; made once, no
+    Face tokenizer with ``<|endoftext|>`` as its end-of-document token (``dripper.pretrain.toy``; made once, no
     download); returns the folder."""
     if (folder / "tokenizer.json").exists() and (folder / "tokenizer_config.json").exists():
         return str(folder)
     import gzip
 
     sys.path.insert(0, str(REPO))
-    from pretrain.toy import train_tokenizer
+    from dripper.pretrain.toy import train_tokenizer
 
     with gzip.open(REPO / "data" / "sample" / "pages.jsonl.gz", "rt", encoding="utf-8") as lines:
         texts = [json.loads(line)["ground_truth_text"] for line in lines]

@@ -15,8 +15,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from dripper_core.cli import read_pages, result_record  # noqa: E402
-from dripper_core.pipeline import DEFAULT_LABELER, Extractor  # noqa: E402
+from dripper.cli import read_pages, result_record  # noqa: E402
+from dripper.pipeline import DEFAULT_LABELER, Extractor  # noqa: E402
 
 
 def main() -> int:
@@ -42,7 +42,7 @@ def main() -> int:
         ),
     }
     try:
-        from eval.metrics import normalize_markdown, rouge_n
+        from dripper.eval.metrics import normalize_markdown, rouge_n
 
         truth = {page.doc_id: page.ground_truth for page in pages}
         scored = [

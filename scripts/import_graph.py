@@ -9,6 +9,7 @@ Reads the sources statically (``ast``; nothing is imported), so it runs without 
 
 A *layer* is a module path cut to ``--depth`` parts (``dripper.simplify``, ``dripper.eval``). Imports inside
 functions count as much as those at the top of a module: a lazy import still ties the layers together.
+Imports under ``if TYPE_CHECKING:`` do not count: they name types for annotations and never run.
 ``--check`` also holds the order of :data:`LAYERS`: a layer may import only the layers listed before it.
 """
 
@@ -26,14 +27,20 @@ REPO = Path(__file__).resolve().parents[1]
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("dripper.types", "dripper.layout", "dripper.prompt", "dripper.decode", "dripper.io"),
     ("dripper.config",),
-    ("dripper.simplify", "dripper.markdown", "dripper.markdown_math", "dripper.reconstruct"),
+    (
+        "dripper.simplify",
+        "dripper.markdown",
+        "dripper.markdown_math",
+        "dripper.markdown_text",
+        "dripper.reconstruct",
+    ),
     ("dripper.labelers", "dripper.fallback"),
     ("dripper.routing",),
     ("dripper.pipeline",),
     ("dripper.eval",),
+    ("dripper.stages",),
     ("dripper.refine",),
     ("dripper.pretrain",),
-    ("dripper.stages",),
     ("dripper.runs",),
     ("dripper.cli_train", "dripper.cli_run"),
     ("dripper.cli",),
@@ -41,8 +48,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 )
 """The layers, lowest first; each may import the ones before it (and itself), never one after it.
 
-``dripper.eval`` sits above the pipeline (it scores extractors built from it) and below the stages (which
-read its metrics for the ablation); ``dripper.runs`` is the run layer the CLI and the operators share.
+``dripper.eval`` sits above the pipeline (it scores extractors built from it); ``dripper.refine`` above the
+stages (it reads their shards); ``dripper.runs`` is the run layer the CLI and the operators share.
 """
 
 
@@ -67,12 +74,32 @@ def _resolve(name: str, modules: dict[str, Path]) -> str | None:
     return None
 
 
+def _type_checking(node: ast.AST) -> bool:
+    test = getattr(node, "test", None) if isinstance(node, ast.If) else None
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _runtime_nodes(tree: ast.AST) -> Iterable[ast.AST]:
+    """Every node of ``tree`` except the bodies of ``if TYPE_CHECKING:`` (annotations only, never run)."""
+    pending = [tree]
+    while pending:
+        node = pending.pop()
+        yield node
+        if _type_checking(node):
+            pending.extend(node.orelse)
+            continue
+        pending.extend(ast.iter_child_nodes(node))
+
+
 def imports_of(module: str, path: Path, modules: dict[str, Path]) -> set[str]:
-    """The project modules ``module`` imports, anywhere in its file (relative imports resolved)."""
+    """The project modules ``module`` imports, anywhere in its file (relative imports resolved), except
+    under ``if TYPE_CHECKING:``."""
     tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     targets: set[str] = set()
-    for node in ast.walk(tree):
+    for node in _runtime_nodes(tree):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):

@@ -79,7 +79,7 @@ FORCED_EXTRA = (
 )
 # Re-declared: the page's <meta> says UTF-8; the WARC copy is re-encoded and its <meta> rewritten.
 REENCODE = {"aeb-85439e26c41c7590": "Shift_JIS", "aeb-c82b3d1d540bbbd6": "windows-1251"}
-# Python codecs for the labels pages declare (the WHATWG mapping, as dripper_core.decode uses).
+# Python codecs for the labels pages declare (the WHATWG mapping, as dripper.decode uses).
 LABEL_CODECS = {
     "gb2312": "gb18030",
     "gbk": "gb18030",

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 # Airflow's test home (tests/dags/__init__.py) must be set before any test module imports Airflow: the
-# operator tests under tests/cluster/ and tests/operators/ are collected before tests/dags/.
+# operator tests under tests/cluster/ and tests/airflow/ are collected before tests/dags/.
 import tests.dags  # noqa: F401, E402
 
 REPO = Path(__file__).resolve().parents[1]

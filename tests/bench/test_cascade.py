@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dripper_core.labelers.cpu.features import FEATURE_NAMES, PageFeatures
+from dripper.labelers.cpu.features import FEATURE_NAMES, PageFeatures
 from tests.bench import load_bench
 
 REPO = Path(__file__).resolve().parents[2]

@@ -11,9 +11,10 @@ import time
 
 import pytest
 
-from dripper_core.stages.extract import extract_stage, extract_with_spec
-from dripper_core.stages.simplify import simplify_stage
-from tests.dripper_core.stages.conftest import (  # noqa: F401 - reference_run is a fixture
+from dripper.stages.extract import extract_stage
+from dripper.stages.extractor import extract_with_spec
+from dripper.stages.simplify import simplify_stage
+from tests.stages.conftest import (  # noqa: F401 - reference_run is a fixture
     LONG_BLOCKS,
     SAMPLE_SNAPSHOT,
     comparable,
@@ -115,7 +116,7 @@ def test_gpu_extract_tasks_run_only_on_the_gpu_worker(dask_cluster, reference_ru
 def test_a_resource_no_worker_has_runs_anywhere_and_says_so(dask_cluster, reference_run, tmp_path, caplog):  # noqa: F811
     root = tmp_path / "run"
     shutil.copytree(f"{reference_run['root']}/simplified", root / "simplified")
-    with caplog.at_level("WARNING", logger="dripper_core.stages.runner"):
+    with caplog.at_level("WARNING", logger="dripper.stages.runner"):
         report = extract_stage(
             str(root), labeler=LONG_BLOCKS, scheduler=dask_cluster.address, progress=False,
             task_resources={"TPU": 1},

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from airflow.sdk.exceptions import AirflowException, TaskDeferred
 
-from operators.jobs import PretrainOperator
-from pretrain import slurm as slurm_jobs
-from tests.operators.test_stages import FakeContext
+from dripper.airflow.jobs import PretrainOperator
+from dripper.pretrain import slurm as slurm_jobs
+from tests.airflow.test_stages import FakeContext
 from tests.pretrain import make_toy_corpus
 
 STEPS = 8
@@ -37,7 +37,7 @@ def run_deferred(operator, context, on_deferred=None):
         trigger = deferred.trigger
         # Airflow serializes the trigger for the triggerer: do the same round trip.
         path, kwargs = trigger.serialize()
-        assert path == "operators.slurm.SlurmJobTrigger"
+        assert path == "dripper.airflow.slurm.SlurmJobTrigger"
         trigger = type(trigger)(**kwargs)
         helper = threading.Thread(target=on_deferred, args=(trigger,)) if on_deferred else None
         if helper:
@@ -137,7 +137,7 @@ def test_sbatch_script_for_a_4_node_8_gpu_1b_run(tmp_path, monkeypatch):
     ]  # fmt: skip
     module_args = torchrun[torchrun.index("-m", 4) :]
     assert module_args == [
-        "-m", "pretrain", "train", "--out-dir", str(run_dir), "--data", str(tokens),
+        "-m", "dripper.pretrain", "train", "--out-dir", str(run_dir), "--data", str(tokens),
         "--tokenizer", "/models/tokenizer", "--model", "llama-1b", "--train-steps", "60000",
         "--device", "cuda", "--save-interval", "10", "--keep-checkpoints", "0",
         "--precision", "bf16", "--micro-batch-size", "8", "--global-batch-size", "512",
@@ -210,7 +210,7 @@ def monkeypatch_module():
 
 
 def test_tiny_two_process_run_as_a_slurm_job(uninterrupted, slurm_cluster):
-    from pretrain.train import read_train_log
+    from dripper.pretrain.train import read_train_log
 
     result, seconds = uninterrupted
     run_dir = Path(result["run_dir"])
@@ -225,7 +225,7 @@ def test_tiny_two_process_run_as_a_slurm_job(uninterrupted, slurm_cluster):
 
 
 def test_scancel_fails_the_task_and_resubmission_resumes(uninterrupted, slurm_cluster, toy_corpus, tmp_path):
-    from pretrain.train import read_train_log
+    from dripper.pretrain.train import read_train_log
 
     full, _ = uninterrupted
     root = _root_with_tokens(toy_corpus, tmp_path)

@@ -1,5 +1,5 @@
 """Refinement on the real one-node Slurm through datatrove's own ``SlurmPipelineExecutor``
-(:class:`operators.slurm.SlurmRefineOperator`): the passes go out as a chain of array jobs, the task waits
+(:class:`dripper.airflow.corpus.SlurmRefineOperator`): the passes go out as a chain of array jobs, the task waits
 in the trigger, and the corpus equals the local executor's on the sample's extracted shards."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import time
 import pytest
 from airflow.sdk.exceptions import AirflowException
 
-from operators.slurm import SlurmRefineOperator
+from dripper.airflow.corpus import SlurmRefineOperator
+from tests.airflow.test_stages import FakeContext
 from tests.cluster.test_pretrain_slurm import run_deferred
-from tests.dripper_core.refine.conftest import extracted_root  # noqa: F401 - the fixture
-from tests.operators.test_stages import FakeContext
+from tests.refine.conftest import extracted_root  # noqa: F401 - the fixture
 
 #: Every kind of pass (URL signatures/duplicates, the filter, MinHash signatures/buckets/clusters, finalize)
 #: with few tasks: each array task is a process start on a 2-CPU node.
@@ -39,7 +39,7 @@ def roots(extracted_root, tmp_path):  # noqa: F811 - the imported fixture
 
 
 def test_refine_on_slurm_equals_local(slurm_cluster, roots, monkeypatch):
-    from dripper_core.refine import run_refine
+    from dripper.refine import run_refine
 
     monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
     local_root, slurm_root = roots

@@ -1,5 +1,5 @@
 """A Slurm job through Airflow's own deferral machinery: ``dag.test()`` runs the task, Airflow serializes the
-:class:`~operators.slurm.SlurmJobTrigger`, runs it in its triggerer loop, and resumes the task with the
+:class:`~dripper.airflow.slurm.SlurmJobTrigger`, runs it in its triggerer loop, and resumes the task with the
 event and the kwargs; the result lands in XCom. A failing job fails the task."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 import tests.dags  # noqa: F401 - the session's own Airflow home (SQLite), set before Airflow loads its config
-from operators.jobs import ModuleJobOperator
-from operators.slurm import job_outcome, resume_kwargs, submit_module_job
+from dripper.airflow.jobs import ModuleJobOperator
+from dripper.airflow.slurm import job_outcome, resume_kwargs, submit_module_job
 
 
 class SlurmModuleOperator(ModuleJobOperator):

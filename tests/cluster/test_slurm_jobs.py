@@ -12,9 +12,9 @@ import time
 import pytest
 from airflow.sdk.exceptions import AirflowException, TaskDeferred
 
-from operators.jobs import ModuleJobOperator
-from operators.slurm import SlurmJobTrigger, job_outcome, slurm_environment, submit_module_job
-from pretrain import slurm as slurm_jobs
+from dripper.airflow.jobs import ModuleJobOperator
+from dripper.airflow.slurm import SlurmJobTrigger, job_outcome, slurm_environment, submit_module_job
+from dripper.pretrain import slurm as slurm_jobs
 
 
 class FakeOperator:

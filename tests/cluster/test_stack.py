@@ -184,7 +184,7 @@ def _kill_a_stuck_scheduler(server: AirflowServer, restarted: dict) -> None:
 
 def _dripper(capsys, *argv: str) -> dict:
     """``dripper run ARGV`` in this process; the JSON object it printed last."""
-    from dripper_core.cli import main
+    from dripper.cli import main
 
     code = main(["run", *argv, "--quiet"])
     out, err = capsys.readouterr()
@@ -255,7 +255,7 @@ def test_corpus_build_on_the_stack_equals_the_embedded_defaults(stack, postgres_
 
     # The embedded defaults on the same WARC file, in this process: the same documents and token counts.
     local = str(tmp_path / "runs" / "CC-MAIN-SAMPLE" / "n1-seed0")
-    _dripper(capsys, "simplify", "--input", f"snapshot:CC-MAIN-SAMPLE@{SAMPLE}", "--count", "1", "--output", local,
+    _dripper(capsys, "simplify", "--input", f"snapshot:CC-MAIN-SAMPLE@{SAMPLE}", "--warc-count", "1", "--output", local,
              "--workers", "0")  # fmt: skip
     _dripper(capsys, "extract", "--input", local, "--extractor", "trafilatura", "--workers", "0")
     _dripper(
@@ -337,7 +337,7 @@ def test_ablation_trains_and_scores_on_slurm(stack):
     (eval_log,) = (folder / "eval" / "tiny-4steps" / "slurm").glob("slurm-*.out")
     assert eval_log.stat().st_size > 0
     script = next((folder / "eval" / "tiny-4steps" / "slurm").glob("eval-*.sbatch")).read_text()
-    assert "srun --ntasks=1 " in script and "-m eval.lm_suite --model-dir" in script  # one process …
+    assert "srun --ntasks=1 " in script and "-m dripper.eval.lm_suite --model-dir" in script  # one process …
     assert "torch.distributed.run" not in script  # … not torchrun
     scores = sorted(p.name for p in (folder / "eval" / "tiny-4steps" / "checkpoints").glob("*.json"))
     assert scores == ["iter_0000002.json", "iter_0000004.json"]

@@ -17,7 +17,7 @@ import pytest
 
 from scripts import airflow_demo
 from tests.browser import find_chromium, headless_chrome
-from tests.dags import DAG_IDS, expected_pages
+from tests.dags import DAG_IDS, REPO, expected_pages
 from tests.dags.conftest import SMALL_BUILD, AirflowServer
 
 pytestmark = pytest.mark.slow
@@ -53,6 +53,34 @@ def test_corpus_build_triggered_through_the_rest_api(airflow_server):
     assert summary["stages"]["simplified"]["pages_out"] == expected_pages([warc_file])
     assert summary["stages"]["extracted"]["pages_out"] == summary["stages"]["simplified"]["pages_out"]
     assert summary["parameters"]["labeler"] == "trafilatura"
+
+
+def test_a_selection_the_config_refuses_fails_the_first_task_with_the_clis_message(airflow_server):
+    """Both a WARC count and a fraction pass the form's schema (each field is valid alone) but not the
+    simplify config's rule: the run's first task fails on its first try, with the message ``dripper run
+    simplify`` gives for the same values, and nothing after it runs."""
+    import subprocess
+    import sys
+
+    api = airflow_server.api
+    run_id = f"rest_bad__{time.strftime('%Y%m%dT%H%M%S')}"
+    airflow_demo.trigger(api, run_id, {**SMALL_BUILD, "warc_count": 1, "warc_fraction": 0.5})
+    run = airflow_demo.wait_for_run(api, run_id, RUN_SECONDS)
+    assert run["state"] == "failed"
+    instances = api.call(
+        "GET", f"/api/v2/dags/{airflow_demo.DAG_ID}/dagRuns/{run_id}/taskInstances?limit=100"
+    )
+    states = {ti["task_id"]: (ti["state"], ti["try_number"]) for ti in instances["task_instances"]}
+    assert states["select_warcs"] == ("failed", 1), states  # no retry: a retry cannot fix a value
+    assert states["simplify"][0] in ("upstream_failed", None), states
+    cli = subprocess.run(
+        [str(Path(sys.executable).parent / "dripper"), "run", "simplify", "--input", str(REPO / "data" / "sample"), "--output",
+         str(Path(airflow_server.run_root) / "cli"), "--warc-count", "1", "--warc-fraction", "0.5"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    message = cli.stderr.strip().splitlines()[-1].removeprefix("dripper: error: ")
+    assert message == "simplify config: give warc_count or warc_fraction, not both"
+    assert message in airflow_server.failure_report(run_id)
 
 
 def test_extractor_ablation_with_its_defaults_runs_to_its_report(airflow_server):

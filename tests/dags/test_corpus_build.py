@@ -76,7 +76,7 @@ def test_corpus_build_end_to_end_then_resumes(airflow_db, corpus_build, tokenize
 
 
 def _cli(capsys, *argv: str) -> dict:
-    from dripper_core.cli import main
+    from dripper.cli import main
 
     code = main(["run", *argv, "--quiet"])
     out = capsys.readouterr().out
@@ -87,13 +87,13 @@ def _cli(capsys, *argv: str) -> dict:
 def test_the_cli_and_the_dag_continue_each_others_runs(
     airflow_db, corpus_build, tokenizer_dir, tmp_path, capsys
 ):
-    """One run layout (dripper_core.layout): a selection simplified and extracted with ``dripper run`` is
+    """One run layout (dripper.layout): a selection simplified and extracted with ``dripper run`` is
     picked up by corpus_build (nothing recomputed), and the DAG's run is continued by ``dripper run``."""
-    from dripper_core.layout import RunLayout
+    from dripper.layout import RunLayout
 
     storage = tmp_path / "runs"
     layout = RunLayout(str(storage / "runs" / "CC-MAIN-SAMPLE" / "n1-seed0"))  # the DAG's selection folder
-    _cli(capsys, "simplify", "--input", f"snapshot:CC-MAIN-SAMPLE@{SAMPLE}", "--count", "1", "--seed", "0",
+    _cli(capsys, "simplify", "--input", f"snapshot:CC-MAIN-SAMPLE@{SAMPLE}", "--warc-count", "1", "--seed", "0",
          "--output", layout.root, "--workers", "0")  # fmt: skip
     extracted = _cli(capsys, "extract", "--input", layout.root, "--extractor", "trafilatura")
     assert extracted["written"] == 1 and extracted["root"] == layout.extractor("trafilatura").root
@@ -138,7 +138,7 @@ def test_the_cli_and_the_dag_continue_each_others_runs(
 def test_the_simplify_fields_of_the_form_reach_the_simplify_tasks(airflow_db, corpus_build, tmp_path):
     """``warcs_per_shard``, ``simplify_max_page_bytes`` and ``simplify_max_payload_bytes`` from the trigger
     conf: one shard of two WARC files, large pages marked too_large, large payloads dropped unread."""
-    from tests.dripper_core.stages.conftest import read_stage
+    from tests.stages.conftest import read_stage
 
     conf = {
         "crawl_id": "CC-MAIN-SAMPLE",

@@ -212,9 +212,9 @@ def test_extraction_benchmark_structure(dagbag):
 
 
 def test_refinement_switches_match_the_refinement_steps():
-    """The refine config's step names are dripper_core.refine's (kept literally there so parsing stays light)."""
-    from dripper_core.config.refine import DEFAULT_REFINE_STEPS, REFINE_STEPS
-    from dripper_core.refine.steps import DEFAULT_STEPS, STEP_ORDER
+    """The refine config's step names are dripper.refine's (kept literally there so parsing stays light)."""
+    from dripper.config.refine import DEFAULT_REFINE_STEPS, REFINE_STEPS
+    from dripper.refine.steps import DEFAULT_STEPS, STEP_ORDER
 
     assert tuple(step for step in STEP_ORDER if step != "tokenize") == REFINE_STEPS
     assert tuple(step for step in DEFAULT_STEPS if step != "tokenize") == DEFAULT_REFINE_STEPS
@@ -222,10 +222,10 @@ def test_refinement_switches_match_the_refinement_steps():
 
 def test_the_labeler_form_lists_the_registry_without_importing_a_labeler():
     """corpus_build's labeler field proposes every registered name (built in and plugins) and its default is
-    the platform's (tests/dripper_core/labelers/test_registry.py: listing the names imports no labeler)."""
+    the platform's (tests/labelers/test_registry.py: listing the names imports no labeler)."""
     import _params
 
-    from dripper_core.labelers.base import DEFAULT_LABELER, available_labelers
+    from dripper.labelers.base import DEFAULT_LABELER, available_labelers
 
     field = _params.labeler_params()["labeler"]
     assert field.schema["examples"] == available_labelers() and field.value == DEFAULT_LABELER

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from dripper_core.config.extractor import parse_extractor
+from dripper.config.extractor import parse_extractor
 from tests.dags import DAGS_DIR, SAMPLE, dag_run_xcoms, small_crawl, task_seconds
 
 pytestmark = pytest.mark.slow
@@ -263,7 +263,7 @@ def test_spec_errors_name_the_extractor_and_the_field(ablation):
 def test_missing_benchmark_data_names_the_benchmarks_and_the_fix(tmp_path, monkeypatch):
     from airflow.sdk.exceptions import AirflowFailException
 
-    from operators.stages import CheckSuiteOperator
+    from dripper.airflow.stages import CheckSuiteOperator
 
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

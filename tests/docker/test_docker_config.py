@@ -618,7 +618,7 @@ def test_cpu_worker_lock_installs_and_imports(tmp_path):
     ):
         result = subprocess.run([*pip, *arguments], capture_output=True, text=True, timeout=1200, check=False)
         assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
-    code = "import dask.distributed, datatrove, s3fs, pyarrow, httpx, dripper_core, bokeh; print('ok')"
+    code = "import dask.distributed, datatrove, s3fs, pyarrow, httpx, dripper, bokeh; print('ok')"
     result = subprocess.run(
         [str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, check=False
     )

@@ -134,8 +134,8 @@ def dev_records() -> list[dict]:
 
 @pytest.fixture
 def fake_core(monkeypatch):
-    """Install a fake ``dripper_core.pipeline`` recording its calls; the real types module is used."""
-    from dripper_core.types import ExtractResult
+    """Install a fake ``dripper.pipeline`` recording its calls; the real types module is used."""
+    from dripper.types import ExtractResult
 
     calls: list[dict] = []
 
@@ -158,13 +158,13 @@ def fake_core(monkeypatch):
             for p in pages
         ]
 
-    module = types.ModuleType("dripper_core.pipeline")
+    module = types.ModuleType("dripper.pipeline")
     module.extract_batch = extract_batch
-    monkeypatch.setitem(sys.modules, "dripper_core.pipeline", module)
-    # `from dripper_core import pipeline` reads the package attribute first once the real module was imported.
-    import dripper_core
+    monkeypatch.setitem(sys.modules, "dripper.pipeline", module)
+    # `from dripper import pipeline` reads the package attribute first once the real module was imported.
+    import dripper
 
-    monkeypatch.setattr(dripper_core, "pipeline", module, raising=False)
+    monkeypatch.setattr(dripper, "pipeline", module, raising=False)
     return calls
 
 
@@ -231,12 +231,12 @@ def _refine_row(step: int, keys: list[str]) -> dict:
 
 
 def refine_summary(keys: list[str]) -> dict:
-    """A refinement run over ``keys`` (extractor names), in dripper_core.refine's _summary.json shape."""
+    """A refinement run over ``keys`` (extractor names), in dripper.refine's _summary.json shape."""
     return {"token_unit": "tokens", "steps": [_refine_row(i, keys) for i in range(len(REFINE_STEPS))]}
 
 
 def extraction_summary() -> dict:
-    """An ``eval.extraction`` summary: the three extractors' rows and a baseline outside the ablation."""
+    """An ``dripper.eval.extraction`` summary: the three extractors' rows and a baseline outside the ablation."""
 
     def stats(f1: float) -> dict:
         return {"pages": 60, "rouge5_f1": f1, "rouge5_f1_norm": f1 + 0.02, "snippet_precision": 0.9,
@@ -247,9 +247,9 @@ def extraction_summary() -> dict:
 
 
 def suite_scores(shift: float, step: int | None = None, stderr: float | None = TASK_STDERR) -> dict:
-    """An ``eval.lm_suite`` summary of the paper13 suite, made by its own ``summarize`` from lm-eval-shaped
+    """An ``dripper.eval.lm_suite`` summary of the paper13 suite, made by its own ``summarize`` from lm-eval-shaped
     results: task i scores 0.30 + shift + 0.004 i with standard error ``stderr`` ("N/A" when None)."""
-    from eval.lm_suite import load_suite, summarize
+    from dripper.eval.lm_suite import load_suite, summarize
 
     suite = load_suite("paper13")
     results = {

@@ -6,14 +6,14 @@ import sys
 
 import pytest
 
-from eval.baselines import (
+from dripper.eval.baselines import (
     ExtractionOutcome,
     Extractor,
     available_extractors,
     get_extractor,
     html_to_markdown,
 )
-from eval.datasets import BenchPage
+from dripper.eval.datasets import BenchPage
 from tests.eval.conftest import ARTICLE_HTML, ARTICLE_TEXT
 
 BASELINES = ("trafilatura", "resiliparse", "readability", "html2text")
@@ -92,7 +92,7 @@ def test_extractor_exception_becomes_an_empty_output_and_an_error():
     assert all(o.seconds >= 0 for o in outcomes)
 
 
-# --- dripper:<labeler> with a fake dripper_core.pipeline ----------------------------------------------------
+# --- dripper:<labeler> with a fake dripper.pipeline ----------------------------------------------------
 
 
 def test_dripper_scores_two_views_and_passes_ground_truth(fake_core):
@@ -162,9 +162,9 @@ def test_dripper_pages_go_in_batches_of_batch_size(fake_core):
 
 
 def test_dripper_without_the_core_fails_when_built_with_a_hint(monkeypatch):
-    import dripper_core
+    import dripper
 
-    monkeypatch.setitem(sys.modules, "dripper_core.pipeline", None)  # None in sys.modules → ImportError
-    monkeypatch.delattr(dripper_core, "pipeline", raising=False)  # set once the real module was imported
-    with pytest.raises(ImportError, match=r"'dripper:oracle' needs dripper_core\.pipeline\.extract_batch"):
+    monkeypatch.setitem(sys.modules, "dripper.pipeline", None)  # None in sys.modules → ImportError
+    monkeypatch.delattr(dripper, "pipeline", raising=False)  # set once the real module was imported
+    with pytest.raises(ImportError, match=r"'dripper:oracle' needs dripper\.pipeline\.extract_batch"):
         get_extractor("dripper:oracle")

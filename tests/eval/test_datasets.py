@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from eval.datasets import (
+from dripper.eval.datasets import (
     NONE_GROUP,
     detect_schema,
     read_many,

@@ -1,4 +1,4 @@
-"""The benchmark runner: aggregation in-process, workers, and ``python -m eval.extraction`` end to end."""
+"""The benchmark runner: aggregation in-process, workers, and ``python -m dripper.eval.extraction`` end to end."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from eval.extraction import BenchmarkConfig, format_report, run_benchmark
-from eval.metrics import score_page
+from dripper.eval.extraction import BenchmarkConfig, format_report, run_benchmark
+from dripper.eval.metrics import score_page
 from tests.eval.conftest import dev_records
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -20,7 +20,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 def _run_cli(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     return subprocess.run(
-        [sys.executable, "-m", "eval.extraction", *args],
+        [sys.executable, "-m", "dripper.eval.extraction", *args],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,

@@ -43,8 +43,8 @@ def network_unreachable(monkeypatch):
 def tiny_checkpoints(tmp_path_factory) -> list[Path]:
     """The tiny Llama-style model trained 12 steps on the toy corpus, checkpointed at steps 6 and 12, each
     checkpoint exported to Hugging Face format (``{root}/hf/iter_XXXXXXX``)."""
-    from pretrain.export import export_every_checkpoint
-    from pretrain.train import train
+    from dripper.pretrain.export import export_every_checkpoint
+    from dripper.pretrain.train import train
 
     root = tmp_path_factory.mktemp("lm")
     corpus = make_toy_corpus(root / "toy")
@@ -65,7 +65,7 @@ def _lm_eval_stderr(score: float, samples: int) -> float:
 
 
 def test_suite_files_are_valid():
-    from eval.lm_suite import load_suite
+    from dripper.eval.lm_suite import load_suite
 
     suite = load_suite("paper13")
     assert len(suite.tasks) == 13
@@ -83,7 +83,7 @@ def test_suite_files_are_valid():
 
 
 def test_suite_errors_name_the_problem(tmp_path):
-    from eval.lm_suite import load_suite
+    from dripper.eval.lm_suite import load_suite
 
     bad = tmp_path / "bad.yaml"
     bad.write_text("categories: {a: A}\ntasks:\n  - {name: x, task: x, metric: acc, category: b}\n")
@@ -94,7 +94,7 @@ def test_suite_errors_name_the_problem(tmp_path):
 
 
 def test_local_task_runs_offline_on_the_tiny_model(tiny_model, network_unreachable, tmp_path):
-    from eval.lm_suite import run_suite
+    from dripper.eval.lm_suite import run_suite
 
     summary = run_suite("local", tiny_model, out=tmp_path / "scores.json", batch_size=16)
     task = summary["tasks"]["local_text"]
@@ -113,7 +113,7 @@ def test_local_task_runs_offline_on_the_tiny_model(tiny_model, network_unreachab
 def test_run_suite_many_scores_every_checkpoint_in_one_process(
     tiny_checkpoints, network_unreachable, tmp_path
 ):
-    from eval.lm_suite import run_suite_many
+    from dripper.eval.lm_suite import run_suite_many
 
     assert [p.name for p in tiny_checkpoints] == ["iter_0000006", "iter_0000012"]
     summaries = run_suite_many("local", tiny_checkpoints, out_dir=tmp_path / "eval", batch_size=16)
@@ -132,7 +132,7 @@ def test_run_suite_many_scores_every_checkpoint_in_one_process(
 
 
 def test_paper13_production_configs_run_on_fixtures(tiny_model, network_unreachable):
-    from eval.lm_suite import format_markdown, load_suite, run_suite
+    from dripper.eval.lm_suite import format_markdown, load_suite, run_suite
 
     suite = load_suite("paper13")
     summary = run_suite(suite, tiny_model, fixtures=MANIFEST, batch_size=16, max_gen_toks=8)
@@ -169,7 +169,7 @@ def test_paper13_production_configs_run_on_fixtures(tiny_model, network_unreacha
 def test_fixture_datasets_refuse_unlisted_hub_datasets():
     import datasets
 
-    from eval.lm_suite import fixture_datasets, load_fixture_manifest
+    from dripper.eval.lm_suite import fixture_datasets, load_fixture_manifest
 
     with fixture_datasets(load_fixture_manifest(MANIFEST)):
         arc = datasets.load_dataset("allenai/ai2_arc", "ARC-Easy")
@@ -182,7 +182,7 @@ def test_fixture_datasets_refuse_unlisted_hub_datasets():
 
 
 def test_summarize_reads_standard_errors_and_their_absence():
-    from eval.lm_suite import load_suite, mean_stderr, summarize
+    from dripper.eval.lm_suite import load_suite, mean_stderr, summarize
 
     suite = load_suite("local")
     row = {"acc,none": 0.25, "acc_stderr,none": 0.05}
@@ -210,7 +210,7 @@ def _offline_env(tmp_path: Path) -> dict[str, str]:
 
 
 def test_check_suite_data_passes_for_local_and_paper13_on_fixtures(network_unreachable):
-    from eval.lm_suite import check_suite_data, load_suite
+    from dripper.eval.lm_suite import check_suite_data, load_suite
 
     assert check_suite_data("local") == {"local_text": "ok"}
     status = check_suite_data("paper13", fixtures=MANIFEST)
@@ -223,7 +223,7 @@ def test_check_suite_data_names_every_benchmark_without_data_offline(tmp_path):
     benchmark is named, with how to make its data available, within seconds."""
     script = (
         "import json, time\n"
-        "from eval.lm_suite import SuiteDataUnavailable, check_suite_data\n"
+        "from dripper.eval.lm_suite import SuiteDataUnavailable, check_suite_data\n"
         "start = time.perf_counter()\n"
         "try:\n"
         "    check_suite_data('paper13')\n"
@@ -239,7 +239,7 @@ def test_check_suite_data_names_every_benchmark_without_data_offline(tmp_path):
     assert done.returncode == 0 and done.stdout.strip(), done.stderr
     result = json.loads(done.stdout.strip().splitlines()[-1])
     message = result["message"]
-    from eval.lm_suite import load_suite
+    from dripper.eval.lm_suite import load_suite
 
     names = [t.name for t in load_suite("paper13").tasks]
     assert "13 of 13 benchmarks cannot load their data" in message
@@ -257,7 +257,7 @@ def test_check_suite_data_names_every_benchmark_without_data_offline(tmp_path):
 def test_check_cli_exit_codes(tmp_path, capsys):
     def check(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [sys.executable, "-m", "eval.lm_suite", "--check", *args], cwd=REPO, env=_offline_env(tmp_path),
+            [sys.executable, "-m", "dripper.eval.lm_suite", "--check", *args], cwd=REPO, env=_offline_env(tmp_path),
             capture_output=True, text=True, timeout=300,
         )  # fmt: skip
 
@@ -270,7 +270,7 @@ def test_check_cli_exit_codes(tmp_path, capsys):
     offline = check("--suite", "paper13", "--offline")
     assert offline.returncode == 2 and offline.stdout == ""
     assert "error: suite 'paper13': 13 of 13 benchmarks cannot load their data" in offline.stderr
-    from eval.lm_suite import main
+    from dripper.eval.lm_suite import main
 
     assert main(["--suite", "local"]) == 2
     assert "--model-dir is required (or --check)" in capsys.readouterr().err

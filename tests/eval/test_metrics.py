@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from eval.metrics import (
+from dripper.eval.metrics import (
     SnippetCounts,
     normalize_markdown,
     prepare_ground_truth,
@@ -35,7 +35,7 @@ def test_tokenize_segments_chinese_into_words():
 
 def test_jieba_initialisation_is_silent():
     # jieba prints "Building prefix dict…" to stderr on first use unless silenced.
-    code = "from eval.metrics import tokenize; assert tokenize('北京天安门')"
+    code = "from dripper.eval.metrics import tokenize; assert tokenize('北京天安门')"
     proc = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60
     )

@@ -1,11 +1,11 @@
-"""The paired bootstrap of eval.paired: leads, their intervals, snippet micro F1."""
+"""The paired bootstrap of dripper.eval.paired: leads, their intervals, snippet micro F1."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from eval.paired import format_leads, paired_leads
+from dripper.eval.paired import format_leads, paired_leads
 
 
 def _scores(values: list[float], norm_shift: float = 0.0) -> dict[str, dict]:

@@ -100,7 +100,7 @@ class Report(HTMLParser):
 def rendered(tmp_path_factory):
     """``(collected data, parsed HTML, HTML text, Markdown text, manifest)`` of the fixture report (read only:
     tests that change inputs take ``report_manifest``, a copy of their own)."""
-    from eval.report import load_manifest, write_report
+    from dripper.eval.report import load_manifest, write_report
     from tests.eval.conftest import write_report_fixture
 
     tmp_path = tmp_path_factory.mktemp("report")
@@ -191,7 +191,7 @@ def test_figure_data_reads_back_as_the_inputs(rendered):
 
 
 def test_summary_table_is_table5_shaped_with_standard_errors(rendered):
-    from eval.lm_suite import load_suite
+    from dripper.eval.lm_suite import load_suite
 
     _, report, _, markdown, manifest = rendered
     suite = load_suite("paper13")
@@ -220,7 +220,7 @@ def test_tokenizer_is_named_once_above_the_tables(rendered):
 
 
 def test_comparisons_are_differences_against_the_combined_standard_error(rendered):
-    from eval.lm_suite import load_suite
+    from dripper.eval.lm_suite import load_suite
 
     _, report, page, markdown, manifest = rendered
     labels = load_suite("paper13").categories
@@ -303,7 +303,7 @@ def test_per_benchmark_corpus_extraction_and_training_tables(rendered):
 
 
 def test_missing_inputs_are_reported_as_missing(report_manifest, tmp_path):
-    from eval.report import ExtractorInputs, ReportInputs, load_manifest, write_report
+    from dripper.eval.report import ExtractorInputs, ReportInputs, load_manifest, write_report
 
     data = write_report(ReportInputs(extractors=[ExtractorInputs(name="lonely")]), tmp_path / "r.html")
     report = Report((tmp_path / "r.html").read_text())
@@ -345,8 +345,8 @@ def test_missing_inputs_are_reported_as_missing(report_manifest, tmp_path):
 
 
 def test_compare_rule_and_formats():
-    from eval.report import compare, score_curve
-    from eval.report_html import percent
+    from dripper.eval.report import compare, score_curve
+    from dripper.eval.report_html import percent
 
     assert percent(0.321, 0.012) == "32.10 ± 1.20" and percent(0.321) == "32.10" and percent(None) == "–"
     assert compare(0.35, 0.01, 0.32, 0.01)["verdict"] == "> 2 SE"
@@ -369,7 +369,7 @@ def test_compare_rule_and_formats():
 def test_scores_without_standard_errors_say_so(report_manifest, tmp_path):
     """lm-eval writes "N/A" where it computed no standard error: the cells show the score alone and the
     comparison says it has no standard error, rather than inventing one."""
-    from eval.report import load_manifest, write_report
+    from dripper.eval.report import load_manifest, write_report
     from tests.eval.conftest import suite_scores
 
     scores = suite_scores(0.0, stderr=None)
@@ -384,7 +384,7 @@ def test_scores_without_standard_errors_say_so(report_manifest, tmp_path):
 
 
 def test_report_cli(report_manifest, tmp_path, capsys):
-    from eval.report import main
+    from dripper.eval.report import main
 
     html_path, md_path = tmp_path / "x.html", tmp_path / "x.md"
     assert (
@@ -406,9 +406,9 @@ def test_report_cli(report_manifest, tmp_path, capsys):
         assert error in capsys.readouterr().err
     assert main(["--manifest", str(tmp_path / "absent.yaml"), "--html", str(tmp_path / "y.html")]) == 2
 
-    # As users call it: `python -m eval.report`.
+    # As users call it: `python -m dripper.eval.report`.
     done = subprocess.run(
-        [sys.executable, "-m", "eval.report", "--manifest", str(report_manifest), "--html", str(tmp_path / "z.html")],
+        [sys.executable, "-m", "dripper.eval.report", "--manifest", str(report_manifest), "--html", str(tmp_path / "z.html")],
         cwd=REPO, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -427,9 +427,9 @@ def _extract_shard(root: Path, labeler: str, pages: list) -> None:
     """``{root}/extracted/part-00000.parquet``: the pages through the extraction pipeline with ``labeler``."""
     import pyarrow as pa
 
-    from dripper_core.pipeline import extract_batch
-    from dripper_core.stages.extract import extracted_schema
-    from dripper_core.stages.shards import ShardStats, run_shard
+    from dripper.pipeline import extract_batch
+    from dripper.stages.extract import extracted_schema
+    from dripper.stages.shards import ShardStats, run_shard
 
     def compute():
         core_pages = [page.to_page() for page in pages]
@@ -470,7 +470,7 @@ def test_ablation_end_to_end_on_the_sample(tmp_path):
     -> each checkpoint exported and scored on the local lm-eval task -> report."""
     for module in ("megatron.core", "lm_eval", "datatrove", "pyarrow"):
         pytest.importorskip(module)
-    from dripper_core.labelers.base import available_labelers
+    from dripper.labelers.base import available_labelers
 
     missing = [name for name in E2E_LABELERS if name not in available_labelers()]
     if missing:
@@ -479,15 +479,15 @@ def test_ablation_end_to_end_on_the_sample(tmp_path):
         )
     import glob
 
-    from dripper_core.io.warc import iter_warc_pages
-    from dripper_core.refine import RefineConfig, TokenizeConfig, run_refine
-    from eval.extraction import BenchmarkConfig, run_benchmark
-    from eval.lm_suite import run_suite_many
-    from eval.report import load_manifest, write_report
-    from pretrain.config import TrainConfig
-    from pretrain.export import export_every_checkpoint
-    from pretrain.toy import train_tokenizer
-    from pretrain.train import read_train_log, train
+    from dripper.eval.extraction import BenchmarkConfig, run_benchmark
+    from dripper.eval.lm_suite import run_suite_many
+    from dripper.eval.report import load_manifest, write_report
+    from dripper.io.warc import iter_warc_pages
+    from dripper.pretrain.config import TrainConfig
+    from dripper.pretrain.export import export_every_checkpoint
+    from dripper.pretrain.toy import train_tokenizer
+    from dripper.pretrain.train import read_train_log, train
+    from dripper.refine import RefineConfig, TokenizeConfig, run_refine
     from tests.pretrain import REPO, SAMPLE_PAGES, sample_texts
 
     sample = REPO / "data" / "sample"
@@ -591,7 +591,7 @@ def test_ablation_end_to_end_on_the_sample(tmp_path):
 
 
 def test_lm_cost_of_a_cascade_an_lm_and_a_cpu_extractor():
-    from eval.report import lm_cost
+    from dripper.eval.report import lm_cost
 
     cascade = {"name": "casc", "labeler": "cpu", "route": {"labeler": "vllm", "share": 0.3}}
     summary = {

@@ -70,7 +70,7 @@ def _overlap(a: dict, b: dict) -> bool:
 
 
 def test_report_fits_1280px_without_overlaps(browser, report_manifest, tmp_path):
-    from eval.report import load_manifest, write_report
+    from dripper.eval.report import load_manifest, write_report
 
     page = tmp_path / "report.html"
     write_report(load_manifest(report_manifest), page)

@@ -2,7 +2,7 @@
 
 The WebMainBench sample pages of the bundled sample (those of ``../shared/data/dev.jsonl.gz``) are written in
 WebMainBench's own JSONL schema (``track_id``, ``html``, ``convert_main_content``, ``meta``), then scored by
-``eval.extraction`` with our pipeline and Trafilatura, grouped by ``meta.level`` as the paper reports.
+``dripper.eval.extraction`` with our pipeline and Trafilatura, grouped by ``meta.level`` as the paper reports.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from eval.extraction import BenchmarkConfig, run_benchmark
+from dripper.eval.extraction import BenchmarkConfig, run_benchmark
 
 LEVELS = ("simple", "mid", "hard")
 

@@ -28,7 +28,7 @@ def sample_texts() -> list[str]:
 
 def make_toy_corpus(root: Path, vocab_size: int = 512) -> ToyCorpus:
     """A BPE tokenizer fitted on the sample and two 'extractor' corpora (halves of the sample)."""
-    from pretrain.toy import train_tokenizer, write_corpus
+    from dripper.pretrain.toy import train_tokenizer, write_corpus
 
     texts = sample_texts()
     tokenizer = train_tokenizer(texts, root / "tokenizer", vocab_size)
@@ -39,7 +39,7 @@ def make_toy_corpus(root: Path, vocab_size: int = 512) -> ToyCorpus:
 
 
 def tiny_train_config(corpus: ToyCorpus, out_dir: Path, steps: int, **overrides):
-    from pretrain.config import TrainConfig
+    from dripper.pretrain.config import TrainConfig
 
     options = {
         "out_dir": out_dir,

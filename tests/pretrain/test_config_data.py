@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pretrain.config import LLAMA_1B, TINY, TrainConfig, get_model_config, padded_vocab_size
+from dripper.pretrain.config import LLAMA_1B, TINY, TrainConfig, get_model_config, padded_vocab_size
 
 
 def test_llama_1b_matches_llama_3_2_1b_parameter_count():
@@ -61,7 +61,7 @@ def test_train_config_json_round_trip():
 
 def test_blend_spreads_folder_weight_by_tokens(tmp_path):
     pytest.importorskip("megatron.core")
-    from pretrain.data import find_prefixes, resolve_blend, write_indexed_dataset
+    from dripper.pretrain.data import find_prefixes, resolve_blend, write_indexed_dataset
 
     write_indexed_dataset([[1, 2, 3]] * 10, tmp_path / "a" / "part-0", vocab_size=16, eod=0)  # 40 tokens
     write_indexed_dataset([[1, 2, 3]] * 30, tmp_path / "a" / "part-1", vocab_size=16, eod=0)  # 120 tokens
@@ -83,7 +83,7 @@ def test_blend_spreads_folder_weight_by_tokens(tmp_path):
 
 def test_sampler_splits_global_batches_between_ranks_and_resumes():
     pytest.importorskip("torch")
-    from pretrain.data import MicroBatchSampler
+    from dripper.pretrain.data import MicroBatchSampler
 
     ranks = [list(MicroBatchSampler(16, 0, 2, rank, 2)) for rank in range(2)]
     assert ranks[0] == [[0, 1], [4, 5], [8, 9], [12, 13]]

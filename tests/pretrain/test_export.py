@@ -14,7 +14,7 @@ pytest.importorskip("megatron.core")
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    from pretrain.train import train
+    from dripper.pretrain.train import train
 
     corpus = make_toy_corpus(tmp_path_factory.mktemp("toy"))
     config = tiny_train_config(corpus, tmp_path_factory.mktemp("run"), steps=3)
@@ -24,7 +24,7 @@ def trained(tmp_path_factory):
 def test_exported_logits_match_megatron_on_real_text(trained, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from pretrain.export import compare_logits, export_checkpoint, load_megatron_model
+    from dripper.pretrain.export import compare_logits, export_checkpoint, load_megatron_model
 
     corpus, result = trained
     exported = export_checkpoint(result.out_dir, tmp_path / "hf")
@@ -45,8 +45,8 @@ def test_exported_logits_match_megatron_on_real_text(trained, tmp_path):
 
 
 def test_llama_state_dict_splits_grouped_qkv_and_swiglu():
-    from pretrain.config import TINY
-    from pretrain.export import megatron_to_llama_state_dict
+    from dripper.pretrain.config import TINY
+    from dripper.pretrain.export import megatron_to_llama_state_dict
 
     model = TINY.with_vocab(16)
     h, hd, groups = model.hidden_size, model.head_dim, model.num_query_groups

@@ -21,14 +21,14 @@ def corpus(tmp_path_factory):
 @pytest.fixture(scope="module")
 def full_run(corpus, tmp_path_factory):
     """Eight steps in one go (checkpoints at 4 and 8)."""
-    from pretrain.train import train
+    from dripper.pretrain.train import train
 
     config = tiny_train_config(corpus, tmp_path_factory.mktemp("full"), steps=8)
     return config, train(config)
 
 
 def test_loss_decreases_and_every_step_is_logged(full_run):
-    from pretrain.train import read_train_log
+    from dripper.pretrain.train import read_train_log
 
     config, result = full_run
     assert result.start_step == 0 and result.final_step == 8
@@ -45,7 +45,7 @@ def test_loss_decreases_and_every_step_is_logged(full_run):
 
 
 def test_checkpoints_are_complete_and_latest_is_marked(full_run):
-    from pretrain.checkpoint import find_latest, read_meta
+    from dripper.pretrain.checkpoint import find_latest, read_meta
 
     config, result = full_run
     root = config.out_dir / "checkpoints"
@@ -60,7 +60,7 @@ def test_checkpoints_are_complete_and_latest_is_marked(full_run):
 
 def test_resume_continues_from_latest_checkpoint_exactly(corpus, full_run, tmp_path):
     """Stopped after step 4 (same 8-step schedule), then resumed: steps 5-8 match the uninterrupted run."""
-    from pretrain.train import read_train_log, train
+    from dripper.pretrain.train import read_train_log, train
 
     _, uninterrupted = full_run
     first = train(tiny_train_config(corpus, tmp_path, steps=8, exit_at_step=4))
@@ -78,7 +78,7 @@ def test_resume_continues_from_latest_checkpoint_exactly(corpus, full_run, tmp_p
 
 
 def test_keep_checkpoints_prunes_old_ones(corpus, tmp_path):
-    from pretrain.train import train
+    from dripper.pretrain.train import train
 
     train(tiny_train_config(corpus, tmp_path, steps=3, save_interval=1, keep_checkpoints=2, exit_at_step=10))
     assert sorted(p.name for p in (tmp_path / "checkpoints").glob("iter_*")) == [
@@ -88,7 +88,7 @@ def test_keep_checkpoints_prunes_old_ones(corpus, tmp_path):
 
 
 def test_cli_train_and_export(corpus, tmp_path: Path, capsys):
-    from pretrain.cli import main
+    from dripper.pretrain.cli import main
 
     data = [arg for name in corpus.extractors for arg in ("--data", str(corpus.tokens_root / name))]
     argv = ["train", "--out-dir", str(tmp_path / "run"), *data, "--tokenizer", str(corpus.tokenizer)]
@@ -104,7 +104,7 @@ def test_cli_train_and_export(corpus, tmp_path: Path, capsys):
 
 
 def test_bf16_on_cpu_is_refused(corpus, tmp_path):
-    from pretrain.train import train
+    from dripper.pretrain.train import train
 
     with pytest.raises(ValueError, match="bf16 needs a GPU"):
         train(tiny_train_config(corpus, tmp_path, steps=1, precision="bf16"))

@@ -1,0 +1,385 @@
+"""The corpus build's page stages after the selection: simplify (mapped over WARC batches) → extract →
+refine → tokenize → publish. Each operator calls a stage function and returns a small dict."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.sdk.exceptions import AirflowSkipException
+
+from dripper.airflow.base import (
+    BUILD_SUMMARY_FILE,
+    DaskStageOperator,
+    StorageOperator,
+    spawn_without_airflow_main,
+    stage_report_dict,
+    utc_now,
+)
+from dripper.airflow.hooks import RunStorageHook
+from dripper.airflow.storage import input_storage_options
+from dripper.config.extract import ExtractStageConfig
+from dripper.config.refine import RefineStageConfig
+from dripper.config.simplify import SimplifyStageConfig
+from dripper.config.tokenize import TokenizeStageConfig
+
+# The stage configs' defaults (one default per field: dripper.config).
+_SIMPLIFY, _EXTRACT = SimplifyStageConfig(), ExtractStageConfig()
+_REFINE, _TOKENIZE = RefineStageConfig(), TokenizeStageConfig()
+
+
+class SimplifyBatchOperator(DaskStageOperator):
+    """Simplify one batch of shards of a selection (``batch``: an item of the select task's return value;
+    ``selection_root`` defaults to the batch's).
+
+    Mapped over the batches; each task submits its shards to Dask. Finished shards are skipped.
+    Returns ``{"batch", "shards", "written", "skipped", "pages_in", "pages_out", "wall_seconds"}``.
+    """
+
+    template_fields: Sequence[str] = (
+        "selection_root",
+        "batch",
+        "dask_scheduler",
+        "dask_workers",
+        "max_payload_bytes",
+        "max_page_bytes",
+        "force",
+        "aws_conn_id",
+    )
+
+    def __init__(
+        self,
+        *,
+        batch: Any,
+        selection_root: str | None = None,
+        max_payload_bytes: Any = _SIMPLIFY.max_payload_bytes,
+        max_page_bytes: Any = _SIMPLIFY.max_page_bytes,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.batch = batch
+        self.selection_root = selection_root
+        self.max_payload_bytes = max_payload_bytes
+        self.max_page_bytes = max_page_bytes
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from dripper.runs.corpus import selection_plan, simplify_batch
+
+        config = self.stage_config(
+            SimplifyStageConfig,
+            max_payload_bytes=self.max_payload_bytes,
+            max_page_bytes=self.max_page_bytes,
+            workers=self.dask_workers,
+        )
+        root = self.selection_root or self.batch["selection_root"]
+        hook = self.hook(root)
+        plan = selection_plan(root, hook.storage_options)
+        with spawn_without_airflow_main():
+            return simplify_batch(
+                root, plan, self.batch, max_payload_bytes=config.max_payload_bytes,
+                max_page_bytes=config.max_page_bytes, storage_options=hook.storage_options,
+                input_storage_options=input_storage_options(plan["warc_files"][0], self.aws_conn_id),
+                force=bool(self.force), **self.dask_arguments(config.workers),
+            )  # fmt: skip
+
+
+class RecordSimplifyOperator(StorageOperator):
+    """Roll the simplified shards up into the stage summary and ``{selection_root}/_run_summary.json``,
+    once every batch is done (``batch_results``: the mapped simplify tasks' return values)."""
+
+    template_fields: Sequence[str] = ("selection_root", "batch_results", "aws_conn_id")
+
+    def __init__(self, *, selection_root: str, batch_results: Any, **kwargs):
+        super().__init__(**kwargs)
+        self.selection_root = selection_root
+        self.batch_results = batch_results
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from dripper.runs.corpus import record_simplify_batches
+
+        root = self.selection_root
+        return record_simplify_batches(root, self.batch_results or [], self.hook(root).storage_options)
+
+
+def labeler_options_with_model(labeler_options: Any, model: Any) -> dict[str, Any]:
+    """``labeler_options`` plus ``model`` when one is given."""
+    options = dict(labeler_options or {})
+    if model:
+        options["model"] = model
+    return options
+
+
+class ExtractOperator(DaskStageOperator):
+    """Run the extract stage: ``{input_root}/simplified/`` → ``{output_root}/extracted/`` with one extractor.
+
+    The extractor is ``extractor`` (a spec: ``dripper.config.extractor``, as a dict or its shorthand
+    ``NAME=LABELER,key=value``), or else built from ``labeler``, ``labeler_model``, ``labeler_options``,
+    ``fallback`` and ``fallback_on_empty`` with a name derived from them (``labeler_spec``, as ``dripper run extract`` names it). Its folder,
+    unless ``output_root`` is given, is ``{input_root}/extractors/{name}``; the spec is recorded there and
+    a folder holding another spec is refused (unless ``force``). Returns the stage report (counts,
+    fallbacks by reason), ``output_root``, the extractor's name, labeler and spec.
+    """
+
+    template_fields: Sequence[str] = (
+        "input_root",
+        "output_root",
+        "extractor",
+        "labeler",
+        "labeler_model",
+        "labeler_options",
+        "fallback",
+        "fallback_on_empty",
+        "batch_size",
+        "dask_scheduler",
+        "dask_workers",
+        "force",
+        "aws_conn_id",
+    )
+
+    def __init__(
+        self,
+        *,
+        input_root: str,
+        extractor: Any = None,
+        labeler: Any = None,
+        output_root: str | None = None,
+        labeler_model: Any = None,
+        labeler_options: Any = None,
+        fallback: Any = _EXTRACT.fallback,
+        fallback_on_empty: Any = _EXTRACT.fallback_on_empty,
+        batch_size: Any = _EXTRACT.batch_size,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if extractor is None and labeler is None:
+            raise ValueError("ExtractOperator needs an extractor spec or a labeler")
+        self.input_root = input_root
+        self.output_root = output_root
+        self.extractor = extractor
+        self.labeler = labeler
+        self.labeler_model = labeler_model
+        self.labeler_options = labeler_options
+        self.fallback = fallback
+        self.fallback_on_empty = fallback_on_empty
+        self.batch_size = batch_size
+
+    def spec(self) -> Any:
+        """The extractor spec this task runs (validated; errors name the extractor and the field)."""
+        from dripper.config.extractor import check_labeler_options
+        from dripper.runs.corpus import extractor_spec
+
+        options = labeler_options_with_model(self.labeler_options, self.labeler_model)
+        spec = extractor_spec(self.extractor, self.labeler, options, self.fallback, self.fallback_on_empty)
+        check_labeler_options([spec])
+        return spec
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from dripper.config.extractor import ExtractorSpecError
+        from dripper.stages.extractor import extract_with_spec
+
+        config = self.stage_config(
+            ExtractStageConfig,
+            batch_size=self.batch_size,
+            workers=self.dask_workers,
+            fallback=self.fallback,
+            fallback_on_empty=self.fallback_on_empty,
+        )
+        try:
+            spec = self.spec()
+        except ExtractorSpecError as error:
+            raise AirflowFailException(str(error)) from None  # a retry cannot fix a bad spec
+        output_root = self.output_root or RunStorageHook.extractor_root(self.input_root, spec.name)
+        hook = self.hook(self.input_root)
+        self.log.info("extractor %s → %s", spec.describe(), output_root)
+        with spawn_without_airflow_main():
+            try:
+                report = extract_with_spec(
+                    self.input_root,
+                    spec,
+                    output_root,
+                    batch_size=config.batch_size,
+                    storage_options=hook.storage_options,
+                    force=bool(self.force),
+                    progress=False,
+                    **self.dask_arguments(config.workers),
+                )
+            except ValueError as error:  # another spec in this folder: a retry cannot fix it
+                raise AirflowFailException(str(error)) from None
+        return {
+            **stage_report_dict(report),
+            "output_root": output_root,
+            "extractor": spec.name,
+            "labeler": spec.labeler,
+            "spec": spec.to_dict(),
+        }
+
+
+class RefineOperator(StorageOperator):
+    """Refine ``{root}/extracted/`` into ``{root}/corpus/`` with datatrove (``dripper.refine``).
+
+    ``steps``, ``tasks``, ``workers`` and ``options`` (more ``RefineConfig`` fields) make the config;
+    tokenization is the tokenize task's. A rerun resumes (finished datatrove tasks are skipped); a changed
+    config is refused unless ``force``. Returns the refinement's counts. ``run_on="slurm"`` submits the
+    passes to Slurm through datatrove's ``SlurmPipelineExecutor`` and waits in the triggerer
+    (:func:`dripper.airflow.slurm.submit_refine`; ``slurm``: the executor's options).
+    """
+
+    template_fields: Sequence[str] = (
+        "root", "steps", "tasks", "workers", "options", "force", "aws_conn_id", "run_on", "slurm",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        *,
+        root: str,
+        steps: Any = tuple(_REFINE.steps),
+        tasks: Any = _REFINE.tasks,
+        workers: Any = _REFINE.workers,
+        options: Any = None,  # more RefineConfig fields
+        force: Any = False,
+        run_on: Any = "local",
+        slurm: Any = None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.root = root
+        self.steps = steps
+        self.tasks = tasks
+        self.workers = workers
+        self.options = options
+        self.force = force
+        self.run_on = run_on
+        self.slurm = slurm
+
+    def config(self) -> dict[str, Any]:
+        from dripper.runs.corpus import refine_config
+
+        return refine_config(self.steps, self.tasks, self.workers, self.options)
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from dripper.refine import run_refine
+
+        if self.run_on == "slurm":
+            from dripper.airflow.slurm import submit_refine
+
+            return submit_refine(self, context)  # defers to execute_slurm_complete
+        if self.run_on != "local":
+            raise AirflowFailException(f"{self.task_id}: run_on={self.run_on!r}: use 'local' or 'slurm'")
+        hook = self.hook(self.root)
+        with spawn_without_airflow_main():
+            summary = run_refine(
+                self.root,
+                self.root,
+                self.config(),
+                storage_options=hook.storage_options,
+                force=bool(self.force),
+            )
+        return self.refine_result(summary)
+
+    def execute_slurm_complete(self, context: Any, event: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        """Resumed when the Slurm jobs ended (``run_on="slurm"``)."""
+        from dripper.airflow.slurm import refine_jobs_complete
+
+        return refine_jobs_complete(self, event, **kwargs)
+
+    def on_kill(self) -> None:
+        from dripper.airflow.slurm import on_kill_cancel
+
+        on_kill_cancel(self)  # the Slurm jobs submitted, if any
+        super().on_kill()
+
+    def refine_result(self, summary: dict[str, Any]) -> dict[str, Any]:
+        """The XCom form of a refinement summary (:func:`dripper.runs.corpus.refine_result`)."""
+        from dripper.runs.corpus import refine_result
+
+        return refine_result(self.root, summary)
+
+
+class SlurmRefineOperator(RefineOperator):
+    """:class:`RefineOperator` with ``run_on="slurm"``: the passes go to Slurm through datatrove's
+    ``SlurmPipelineExecutor`` (:func:`dripper.airflow.slurm.submit_refine`), the task waits in the
+    triggerer, and when the last job ended every task's completion marker is checked and the summary
+    written. A failed job fails the task with its log tail and cancels the jobs still queued behind it;
+    clearing the task resubmits only the datatrove tasks that did not finish."""
+
+    def __init__(self, *, slurm: Any, **kwargs: Any) -> None:
+        super().__init__(run_on="slurm", slurm=slurm, **kwargs)
+
+
+class TokenizeOperator(StorageOperator):
+    """Tokenize ``{root}/corpus/`` into Megatron ``{root}/tokens/part-NNNNN.bin/.idx`` with a local
+    tokenizer (``tokenizer.json`` or its folder): one token file per corpus file, row-aligned.
+
+    Skipped (the task shows as skipped) without a tokenizer. Finished files are kept on a rerun; tokens of
+    another tokenizer are refused unless ``force``. Returns the tokens summary's counts.
+    """
+
+    template_fields: Sequence[str] = ("root", "tokenizer", "eos_token", "force", "aws_conn_id")
+
+    def __init__(
+        self,
+        *,
+        root: str,
+        tokenizer: Any,
+        eos_token: Any = _TOKENIZE.eos_token,
+        force: Any = False,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.root = root
+        self.tokenizer = tokenizer
+        self.eos_token = eos_token
+        self.force = force
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from dripper.runs.corpus import tokenize_extractor
+
+        if not self.tokenizer:
+            raise AirflowSkipException(
+                "no tokenizer given: the corpus is not tokenized (set the tokenizer param)"
+            )
+        with spawn_without_airflow_main():
+            return tokenize_extractor(self.root, str(self.tokenizer), self.eos_token or None,
+                                      storage_options=self.hook(self.root).storage_options,
+                                      force=bool(self.force), log=self.log)  # fmt: skip
+
+
+class PublishCorpusOperator(StorageOperator):
+    """Write ``{root}/_build_summary.json`` (every stage's roll-up, the run's params) and emit the corpus
+    asset with where the corpus and tokens are and their counts."""
+
+    template_fields: Sequence[str] = ("root", "selection_root", "crawl_id", "aws_conn_id")
+
+    def __init__(self, *, root: str, selection_root: str, crawl_id: str, **kwargs):
+        super().__init__(**kwargs)
+        self.root = root
+        self.selection_root = selection_root
+        self.crawl_id = crawl_id
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from dripper.io.storage import join_path
+        from dripper.runs.corpus import build_summary
+
+        hook = self.hook(self.root)
+        summary = build_summary(
+            self.root, self.selection_root, hook.storage_options, crawl_id=self.crawl_id,
+            dag_run=context["run_id"], written_at=utc_now(),
+            parameters={key: context["params"][key] for key in context.get("params") or {}},
+        )  # fmt: skip
+        path = hook.write_json(join_path(self.root, BUILD_SUMMARY_FILE), summary)
+        extra = {
+            "crawl_id": self.crawl_id,
+            "run_root": self.root,
+            "corpus": summary["corpus"],
+            "tokens": summary["tokens"],
+            "build_summary": path,
+            "documents": summary["refine"].get("documents_out"),
+            "token_count": (summary["tokens_summary"] or {}).get("tokens"),
+        }
+        for outlet in self.outlets:
+            context["outlet_events"][outlet].extra = extra
+        return extra

@@ -1,0 +1,384 @@
+"""Our batched greedy engine with constrained decoding, jump-forward and lossless speculation.
+
+Only label choices cost model work. At every answer position the engine asks the answer automaton
+(:class:`~dripper.labelers.lm_tokens.AnswerAutomaton`, vLLM's structured-output semantics) which tokens
+the regex allows. One allowed token is *forced*: it is appended without a decoding step and fed with the
+next forward pass (jump-forward). Several allowed tokens are a *decision*: the argmax of the model's logits
+over exactly those tokens (partial label tokens and whitespace included), as vLLM's greedy decoding picks.
+
+Speculation is lossless: after each decision the engine drafts the remaining answer (each label guessed
+as the previous label, or from a draft labeler, spelled with the tokens the model last used for it; forced
+tokens in between), feeds the draft in the same forward pass, and keeps the longest prefix on which the
+draft equals the greedy choice, plus the greedy token where they first differ. The labels are therefore
+those of plain greedy constrained decoding; only the number of forward passes changes.
+
+Llama-family models (Qwen2/Qwen3/Llama/Mistral) and HunYuanDenseV1 (the v1.1 weights) run on a slot KV
+cache with per-sequence lengths, so many pages decode in one batch
+(:mod:`~dripper.labelers.torch_runners`); other architectures run through the transformers forward one
+sequence at a time.
+Logits are computed only for allowed tokens (a few rows of the LM head). CPU in tests, CUDA in production.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dripper.labelers.lm_common import LMAnswer, LMCall
+from dripper.labelers.lm_tokens import AnswerAutomaton, TokenVocabulary, label_margins
+from dripper.labelers.torch_runners import SequentialRunner, SlotRunner
+from dripper.prompt import AnswerFormat
+
+# Architectures whose decoder layers SlotRunner reproduces exactly (tests compare with transformers).
+_SLOT_MODEL_TYPES = {"qwen3", "qwen2", "llama", "mistral", "hunyuan_v1_dense"}
+_LABEL_START = frozenset((ord("m"), ord("o")))
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """Knobs of :class:`ConstrainedDecoder`.
+
+    Attributes:
+        speculation: ``"previous"`` (guess each label as the one before), ``"draft"`` (labels given with the
+            calls, e.g. from a CPU labeler) or ``"none"``.
+        max_draft_tokens: Longest draft verified in one forward pass.
+        max_batch: Sequences decoded together.
+        kv_cache_tokens: KV-cache capacity in tokens over all slots (``None``: 1/2 of free GPU memory, or
+            2**20 tokens on CPU).
+    """
+
+    speculation: str = "previous"
+    max_draft_tokens: int = 32
+    max_batch: int = 32
+    kv_cache_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.speculation not in ("previous", "draft", "none"):
+            raise ValueError(f"speculation must be previous, draft or none, got {self.speculation!r}")
+        if self.max_draft_tokens < 0 or self.max_batch < 1:
+            raise ValueError("max_draft_tokens must be >= 0 and max_batch >= 1")
+
+
+@dataclass
+class EngineStats:
+    """Counters over all :meth:`ConstrainedDecoder.run` calls."""
+
+    calls: int = 0
+    prompt_tokens: int = 0
+    answer_tokens: int = 0
+    forced_tokens: int = 0
+    decisions: int = 0
+    forward_passes: int = 0
+    draft_tokens: int = 0
+    accepted_draft_tokens: int = 0
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            key: round(value, 4) if isinstance(value, float) else value for key, value in vars(self).items()
+        }
+
+
+@dataclass
+class _Row:
+    """One call being decoded."""
+
+    call: LMCall
+    index: int
+    automaton: AnswerAutomaton
+    slot: int = -1
+    fed: int = 0  # tokens in the KV cache
+    state: int | None = 0  # automaton state after generated + pending tokens (None after a stop token)
+    pending: list[int] = field(default_factory=list)  # decided, not yet fed
+    draft: list[int] = field(default_factory=list)
+    draft_states: list[int] = field(default_factory=list)  # state before each draft token
+    generated: list[int] = field(default_factory=list)
+    candidates: list[dict[bytes, float]] = field(default_factory=list)
+    draft_end_state: int = 0
+    draft_limit: int = 0  # adaptive: grows while drafts are accepted, shrinks when they are not
+    labels_decided: int = 0
+    last_word: str | None = None  # the label decided last
+    spelling: list[int] = field(default_factory=list)  # tokens spelling the current label
+    spelled: int = 0
+    label_tokens: dict[str, list[int]] = field(default_factory=dict)  # how the model spells each label
+    draft_labels: list[bool] | None = None
+    forward_passes: int = 0
+    done: bool = False
+    failure: str | None = None
+
+
+class ConstrainedDecoder:
+    """Greedy constrained decoding of :class:`LMCall` batches on a transformers causal LM.
+
+    Args:
+        model: A ``transformers`` causal LM (eval mode, on its device).
+        vocabulary: The tokenizer's tokens as bytes, with the stop ids.
+        fmt: The answer format (for label positions and margins).
+        options: Engine options.
+    """
+
+    def __init__(
+        self, model: Any, vocabulary: TokenVocabulary, fmt: AnswerFormat, options: EngineOptions
+    ) -> None:
+        import torch
+
+        self.torch = torch
+        self.model = model
+        self.vocabulary = vocabulary
+        self.format = fmt
+        self.options = options
+        self.device = next(model.parameters()).device
+        self.lm_head = model.get_output_embeddings().weight
+        self.stats = EngineStats()
+        self._word_defaults = {word: self._spell(word) for word in ("main", "other")}
+        if getattr(model.config, "model_type", "") in _SLOT_MODEL_TYPES:
+            self.runner: Any = SlotRunner(model, options.max_draft_tokens + 64)
+        else:
+            self.runner = SequentialRunner(model)
+
+    def _spell(self, word: str) -> list[int]:
+        """A tokenization of ``word`` by longest vocabulary match (the draft's default spelling)."""
+        data, tokens = word.encode(), []
+        keys = {key: ids[0] for key, ids in zip(self.vocabulary.keys, self.vocabulary.ids, strict=True)}
+        while data:
+            for end in range(len(data), 0, -1):
+                if data[:end] in keys:
+                    tokens.append(keys[data[:end]])
+                    data = data[end:]
+                    break
+            else:
+                return []
+        return tokens
+
+    # -- public ------------------------------------------------------------------------------------
+
+    def run(
+        self, calls: Sequence[LMCall], draft_labels: Sequence[list[bool] | None] | None = None
+    ) -> list[LMAnswer]:
+        """Decode every call; one :class:`LMAnswer` per call, in order."""
+        started = time.perf_counter()
+        rows = []
+        for index, call in enumerate(calls):
+            automaton = AnswerAutomaton(call.regex, self.vocabulary)
+            row = _Row(call=call, index=index, automaton=automaton, state=automaton.start)
+            if draft_labels is not None and self.options.speculation == "draft":
+                row.draft_labels = draft_labels[index]
+            rows.append(row)
+        order = sorted(rows, key=lambda row: -(len(row.call.prompt_ids) + row.call.max_tokens))
+        with self.torch.inference_mode():
+            for group in self.runner.groups(order, self.options):
+                self._run_group(group)
+        self.stats.calls += len(calls)
+        self.stats.seconds += time.perf_counter() - started
+        return [self._answer(row) for row in rows]
+
+    # -- scheduling --------------------------------------------------------------------------------
+
+    def _run_group(self, group: list[_Row]) -> None:
+        """Continuous batching within a group of similar lengths: a freed slot is refilled at once."""
+        waiting = list(group)
+        active: list[_Row] = []
+        free = list(range(self.runner.slots))[::-1]
+        while waiting or active:
+            fresh = []
+            while waiting and free:
+                row = waiting.pop(0)
+                row.slot = free.pop()
+                self._start(row)
+                fresh.append(row)
+            for row in fresh:  # prefill one sequence at a time: plain causal attention, no padding
+                self._feed([row], causal_fresh=True)
+            active.extend(row for row in fresh if not row.done)
+            free.extend(row.slot for row in fresh if row.done)
+            if active:
+                self._feed(active, causal_fresh=False)
+                free.extend(row.slot for row in active if row.done)
+                active = [row for row in active if not row.done]
+            free.sort(reverse=True)
+
+    def _start(self, row: _Row) -> None:
+        self.stats.prompt_tokens += len(row.call.prompt_ids)
+        self._jump_forward(row)
+        row.pending = list(row.call.prompt_ids) + row.pending
+
+    def _feed(self, rows: list[_Row], causal_fresh: bool) -> None:
+        """One forward pass over each row's pending tokens and draft, then verification and the next decision."""
+        inputs = []
+        for row in rows:
+            self._build_draft(row)
+            inputs.append(row.pending + row.draft)
+        hidden = self.runner.forward(
+            [row.slot for row in rows], [row.fed for row in rows], inputs, causal_fresh
+        )
+        self.stats.forward_passes += 1
+        width = hidden.shape[1]
+        requests = []  # (row number, flat hidden index, state) for every position that may need a choice
+        for number, row in enumerate(rows):
+            row.forward_passes += 1
+            first = number * width + len(row.pending) - 1
+            states = [*row.draft_states, row.draft_end_state if row.draft else row.state]
+            requests.extend((number, first + offset, state) for offset, state in enumerate(states))
+        choices = self._greedy(rows, hidden.reshape(-1, hidden.shape[-1]), requests)
+        for number, row in enumerate(rows):
+            row.fed += len(row.pending)
+            row.pending = []
+            self._accept(row, choices[number])
+
+    def _greedy(
+        self, rows: list[_Row], hidden: Any, requests: list[tuple[int, int, int]]
+    ) -> list[list[tuple]]:
+        """Greedy choice, with candidate logits, at every requested position: ``(token, candidates, state)``.
+
+        Logits are computed only for allowed tokens: one small matmul per distinct allowed set, and one
+        transfer to the host for the whole batch.
+        """
+        torch = self.torch
+        allowed = [rows[number].automaton.allowed(state) for number, _, state in requests]
+        by_set: dict[tuple[int, ...], list[int]] = {}
+        for i, tokens in enumerate(allowed):
+            if not tokens:
+                number = requests[i][0]
+                raise RuntimeError(f"call {rows[number].index}: the answer regex allows no token here")
+            if len(tokens) > 1:
+                by_set.setdefault(tokens, []).append(i)
+        values: dict[int, list[float]] = {}
+        if by_set:
+            pieces = []
+            for tokens, members in by_set.items():
+                ids = torch.tensor(tokens, device=self.device)
+                at = torch.tensor([requests[i][1] for i in members], device=self.device)
+                pieces.append((hidden[at] @ self.lm_head[ids].T).float().flatten())
+            flat = torch.cat(pieces).tolist()
+            offset = 0
+            for tokens, members in by_set.items():
+                for i in members:
+                    values[i] = flat[offset : offset + len(tokens)]
+                    offset += len(tokens)
+        table = self.vocabulary.token_bytes
+        choices: list[list[tuple]] = [[] for _ in rows]
+        for i, (number, _, state) in enumerate(requests):
+            tokens = allowed[i]
+            if len(tokens) == 1:
+                choices[number].append((tokens[0], {table[tokens[0]] or b"": 0.0}, state))
+                continue
+            logits = values[i]
+            best = max(
+                range(len(tokens)), key=logits.__getitem__
+            )  # the first maximum: the lowest id, as argmax
+            candidates = {table[token] or b"": logit for token, logit in zip(tokens, logits, strict=True)}
+            choices[number].append((tokens[best], candidates, state))
+        return choices
+
+    def _accept(self, row: _Row, choices: list[tuple]) -> None:
+        """Keep the draft's longest prefix that equals the greedy choices, then take the next greedy token."""
+        accepted = 0
+        while accepted < len(row.draft) and choices[accepted][0] == row.draft[accepted]:
+            self._record(row, *choices[accepted])
+            accepted += 1
+        self.stats.draft_tokens += len(row.draft)
+        self.stats.accepted_draft_tokens += accepted
+        if row.draft:
+            full = accepted == len(row.draft)
+            row.draft_limit = min(self.options.max_draft_tokens, 2 * len(row.draft) if full else accepted + 4)
+        row.fed += accepted
+        self.runner.truncate(row.slot, row.fed)
+        row.draft, row.draft_states = [], []
+        token, candidates, state = choices[accepted]
+        self._record(row, token, candidates, state)
+        row.pending = [token]
+        row.state = None if token in self.vocabulary.stop_ids else row.automaton.advance(state, token)
+        if row.state is not None:
+            self._jump_forward(row)
+        if row.state is None or row.automaton.finished(row.state):
+            row.done = True
+        elif len(row.generated) >= row.call.max_tokens:
+            row.done = True
+            row.failure = f"answer exceeded max_tokens={row.call.max_tokens}"
+
+    def _record(self, row: _Row, token: int, candidates: dict[bytes, float], state: int) -> None:
+        """Append a chosen token; track which label it starts or spells (for drafts and counts)."""
+        self.stats.answer_tokens += 1
+        self.stats.forced_tokens += len(candidates) == 1
+        self.stats.decisions += len(candidates) > 1
+        row.generated.append(token)
+        row.candidates.append(candidates)
+        data = self.vocabulary.token_bytes[token] or b""
+        if set(row.automaton.moves(state)) == _LABEL_START:
+            row.labels_decided += 1
+            row.last_word = "main" if data[:1] == b"m" else "other"
+            row.spelling, row.spelled = [token], len(data)
+        elif row.spelling and row.spelled < len(row.last_word):
+            row.spelling.append(token)
+            row.spelled += len(data)
+        else:
+            return
+        if row.spelled >= len(row.last_word):
+            row.label_tokens[row.last_word] = row.spelling
+
+    def _jump_forward(self, row: _Row) -> None:
+        """Append every forced token (the regex allows exactly one) to the pending tokens, no model step."""
+        automaton = row.automaton
+        while not automaton.finished(row.state) and len(row.generated) < row.call.max_tokens:
+            tokens = automaton.allowed(row.state)
+            if len(tokens) != 1 or tokens[0] in self.vocabulary.stop_ids:
+                return
+            self._record(row, tokens[0], {self.vocabulary.token_bytes[tokens[0]] or b"": 0.0}, row.state)
+            row.pending.append(tokens[0])
+            row.state = automaton.advance(row.state, tokens[0])
+
+    def _build_draft(self, row: _Row) -> None:
+        """Draft the answer ahead: guessed labels spelled as the model spelled them, forced tokens between."""
+        row.draft, row.draft_states = [], []
+        if self.options.speculation == "none" or row.fed == 0:
+            return  # a fresh prompt: nothing is decided yet to draft from
+        automaton = row.automaton
+        state, label_index, word = row.state, row.labels_decided, row.last_word
+        row.draft_limit = row.draft_limit or self.options.max_draft_tokens
+        limit = min(row.draft_limit, row.call.max_tokens - len(row.generated))
+        while len(row.draft) < limit and not automaton.finished(state):
+            tokens = automaton.allowed(state)
+            if len(tokens) == 1 and tokens[0] not in self.vocabulary.stop_ids:
+                spelling = list(tokens)
+            elif set(automaton.moves(state)) == _LABEL_START:
+                if row.draft_labels is not None and label_index < len(row.draft_labels):
+                    word = "main" if row.draft_labels[label_index] else "other"
+                if word is None:
+                    break
+                spelling = row.label_tokens.get(word) or self._word_defaults[word]
+                label_index += 1
+            else:
+                break
+            for token in spelling:
+                following = automaton.advance(state, token)
+                if following is None or len(row.draft) >= limit:
+                    break
+                row.draft.append(token)
+                row.draft_states.append(state)
+                state = following
+            else:
+                continue
+            break
+        row.draft_end_state = state
+
+    def _answer(self, row: _Row) -> LMAnswer:
+        table = self.vocabulary.token_bytes
+        tokens = [token for token in row.generated if token not in self.vocabulary.stop_ids]
+        chosen = [table[token] or b"" for token in tokens]
+        text = b"".join(chosen).decode("utf-8", errors="replace")
+        margins = None
+        if row.failure is None:
+            candidates = [
+                c
+                for t, c in zip(row.generated, row.candidates, strict=True)
+                if t not in self.vocabulary.stop_ids
+            ]
+            margins = label_margins(self.format, chosen, candidates, row.call.n_blocks)
+        return LMAnswer(
+            text=text,
+            margins=margins,
+            failure=row.failure,
+            token_ids=row.generated,
+            forward_passes=row.forward_passes,
+        )

@@ -1,0 +1,67 @@
+"""Stage functions: each reads shards (or WARC files) under a run root and writes its own shards.
+
+Every stage follows the contract of :mod:`dripper.stages.shards`. Submodules import their heavy
+dependencies (pyarrow, Dask, labelers) only when used; the names below load their module on first access.
+
+- :func:`simplify_stage`: WARC files → ``{root}/simplified/`` (Dask ``LocalCluster`` or a scheduler);
+- :func:`extract_stage`: ``{root}/simplified/`` → ``{root}/extracted/`` with a labeler chosen by name;
+- :func:`run_shard_tasks`, :func:`run_streaming_shard`: how shards are run and published;
+- :mod:`.selection`: crawl state and WARC selection plans, imported from its module.
+
+What ``dripper run`` and the Airflow operators share above the stages is :mod:`dripper.runs`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "ShardAccountingError": "shards",
+    "ShardResult": "shards",
+    "ShardStats": "shards",
+    "ShardWriter": "shards",
+    "done_shard_paths": "shards",
+    "list_done_shards": "shards",
+    "run_shard": "shards",
+    "summarize_stage": "shards",
+    "write_run_summary": "shards",
+    "STAGE_ORDER": "runner",
+    "ShardInputsChanged": "shards",
+    "ShardTask": "runner",
+    "StageError": "runner",
+    "StageReport": "runner",
+    "record_stage_run": "runner",
+    "run_shard_tasks": "runner",
+    "run_streaming_shard": "runner",
+    "SIMPLIFIED_STAGE": "simplify",
+    "SimplifyStageOptions": "simplify",
+    "plan_simplify_shards": "simplify",
+    "resolve_warc_inputs": "simplify",
+    "simplified_schema": "simplify",
+    "simplify_shard": "simplify",
+    "simplify_shards": "simplify",
+    "simplify_stage": "simplify",
+    "EXTRACTED_STAGE": "extract",
+    "ExtractStageOptions": "extract",
+    "build_stage_labeler": "extract",
+    "extract_shard": "extract",
+    "extract_stage": "extract",
+    "extracted_schema": "extract",
+    "read_simplified_items": "extract",
+    "EXTRACTOR_FILE": "extractor",
+    "extract_with_spec": "extractor",
+    "record_extractor": "extractor",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

@@ -1,0 +1,196 @@
+"""One config per stage and its three front ends: every field's default is the same in the Python config,
+the ``dripper run STAGE`` flag and the Airflow form (read from the built parser and the loaded DAGs, not
+from a second list), and every field reaches the front ends its config says it does."""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+
+import pytest
+
+from dripper.config.evaluate import EvaluateStageConfig
+from dripper.config.extract import ExtractStageConfig
+from dripper.config.pretrain import PretrainStageConfig
+from dripper.config.refine import RefineStageConfig
+from dripper.config.report import ReportStageConfig
+from dripper.config.settings import StageConfigError
+from dripper.config.simplify import SimplifyStageConfig
+from dripper.config.tokenize import TokenizeStageConfig
+
+CONFIGS = [
+    SimplifyStageConfig,
+    ExtractStageConfig,
+    RefineStageConfig,
+    TokenizeStageConfig,
+    PretrainStageConfig,
+    EvaluateStageConfig,
+    ReportStageConfig,
+]
+#: The flags each ``dripper run STAGE`` needs to parse at all.
+REQUIRED = {"simplify": ["--input", "x", "--output", "y"], "report": ["--input", "x", "--extractor", "a"]}
+
+
+def _stage_parser(stage: str) -> argparse.ArgumentParser:
+    from dripper.cli import build_parser
+
+    def subparsers(parser):
+        return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+    return subparsers(subparsers(build_parser())["run"])[stage]
+
+
+def _env_free(monkeypatch) -> None:
+    """The forms' proposed values without a deployment's environment."""
+    for config in CONFIGS:
+        for name in config.model_fields:
+            if variable := config._meta(name).get("env"):
+                monkeypatch.delenv(variable, raising=False)
+
+
+@pytest.fixture(scope="module")
+def forms():
+    """Every DAG's params, loaded as the DAG processor loads them, with no DRIPPER_* override."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    from tests.dags import DAGS_DIR
+
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        _env_free(monkeypatch)
+        bag = DagBag(str(DAGS_DIR))
+    assert bag.import_errors == {}
+    return {dag_id: dag.params for dag_id, dag in bag.dags.items()}
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.stage)
+def test_every_cli_flag_defaults_to_the_config(config):
+    parser = _stage_parser(config.stage)
+    args = parser.parse_args(REQUIRED.get(config.stage, ["--input", "x"]))
+    assert config.cli_fields(), config.stage
+    for name in config.cli_fields():
+        assert getattr(args, name) == config.default(name), (config.stage, name)
+    assert config.from_arguments(args) == config()
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.stage)
+def test_every_form_field_defaults_to_the_config(config, forms):
+    """Each form field is in at least one DAG's form, with the config's default everywhere it is; a field a
+    form requires (no default: the trigger form asks for it) is only allowed where the default is empty."""
+    found = 0
+    for name in config.form_field_names():
+        form_name = config.form_name(name)
+        for dag_id, params in forms.items():
+            if form_name not in params:
+                continue
+            found += 1
+            param = params.get_param(form_name)
+            if param.has_value:
+                assert param.value == config.default(name), (dag_id, form_name)
+            else:
+                assert config.default(name) is None, (dag_id, form_name)
+        assert any(form_name in params for params in forms.values()), f"{form_name} is in no DAG's form"
+    assert found
+
+
+def test_form_fields_are_the_configs_and_carry_their_constraints(forms):
+    params = forms["corpus_build"]
+    assert params.get_param("extract_batch_size").schema["minimum"] == 1
+    assert params.get_param("fallback").schema["enum"] == ["trafilatura", "empty", "none"]
+    assert params.get_param("refine_steps").schema["items"]["enum"][0] == "url_dedup"
+    assert params.get_param("simplify_workers").schema["type"] == ["integer", "null"]
+    for form_name in ("extract_batch_size", "refine_workers", "simplify_max_page_bytes"):
+        assert params.get_param(form_name).description
+
+
+def test_a_deployment_environment_proposes_other_values(monkeypatch):
+    _env_free(monkeypatch)
+    monkeypatch.setenv("DRIPPER_EXTRACT_WORKERS", "3")
+    monkeypatch.setenv("DRIPPER_BENCHMARK_DATA", "/data/a.jsonl.gz,/data/b.jsonl.gz")
+    assert ExtractStageConfig.form_fields()["extract_workers"]["default"] == 3
+    assert ReportStageConfig.form_fields()["report_labelled_pages"]["default"] == [
+        "/data/a.jsonl.gz",
+        "/data/b.jsonl.gz",
+    ]
+    assert ExtractStageConfig().workers == 1  # the config and the CLI keep their default
+
+
+def test_python_api_defaults_are_the_configs():
+    """The stage functions' and options' own defaults, where they name a config field."""
+    from dripper.pipeline import ExtractOptions
+    from dripper.stages.extract import ExtractStageOptions
+    from dripper.stages.extractor import extract_with_spec
+    from dripper.stages.simplify import SimplifyStageOptions
+
+    pairs = [
+        (ExtractStageOptions(), ExtractStageConfig, ("batch_size", "fallback", "fallback_on_empty")),
+        (ExtractOptions(), ExtractStageConfig, ("batch_size", "fallback", "fallback_on_empty")),
+        (ExtractOptions(), SimplifyStageConfig, ("max_page_bytes",)),
+        (
+            SimplifyStageOptions(),
+            SimplifyStageConfig,
+            ("warcs_per_shard", "max_payload_bytes", "max_page_bytes"),
+        ),
+    ]
+    for options, config, names in pairs:
+        for name in names:
+            assert getattr(options, name) == config.default(name), (type(options).__name__, name)
+    signature = inspect.signature(extract_with_spec)
+    assert signature.parameters["batch_size"].default == ExtractStageConfig.default("batch_size")
+
+
+def test_operators_default_to_the_configs():
+    from dripper.airflow.corpus import (
+        ExtractOperator,
+        RefineOperator,
+        SimplifyBatchOperator,
+        TokenizeOperator,
+    )
+    from dripper.airflow.jobs import EvaluateOperator, PretrainOperator
+
+    for operator, config in [
+        (SimplifyBatchOperator, SimplifyStageConfig),
+        (ExtractOperator, ExtractStageConfig),
+        (RefineOperator, RefineStageConfig),
+        (TokenizeOperator, TokenizeStageConfig),
+        (EvaluateOperator, EvaluateStageConfig),
+        (PretrainOperator, PretrainStageConfig),
+    ]:
+        parameters = inspect.signature(operator.__init__).parameters
+        shared = [name for name in config.model_fields if name in parameters]
+        assert shared, operator.__name__
+        for name in shared:
+            default = parameters[name].default
+            if default is not inspect.Parameter.empty and not (name == "options" and default is None):
+                expected = config.default(name)
+                assert (list(default) if isinstance(expected, list) else default) == expected, (
+                    operator.__name__,
+                    name,
+                )
+
+
+def test_errors_name_the_stage_and_the_field():
+    with pytest.raises(StageConfigError, match=r"extract config: batch_size: Input should be greater than"):
+        ExtractStageConfig.parse(batch_size=0)
+    with pytest.raises(StageConfigError, match=r"refine config: steps\.0: Input should be 'url_dedup'"):
+        RefineStageConfig.parse(steps=["minhas"])
+    with pytest.raises(StageConfigError, match=r"warc_count or warc_fraction, not both"):
+        SimplifyStageConfig.parse(warc_count=2, warc_fraction=0.5)
+    with pytest.raises(StageConfigError, match=r"Extra inputs are not permitted"):
+        ExtractStageConfig.parse(batchsize=3)
+
+
+def test_list_flags_take_spaces_or_commas_and_old_spellings_still_parse():
+    parser = _stage_parser("refine")
+    args = parser.parse_args(["--input", "x", "--steps", "language,minhash", "pii", "--processes", "2"])
+    config = RefineStageConfig.from_arguments(args)
+    assert config.steps == ["language", "minhash", "pii"] and config.workers == 2
+    args = _stage_parser("simplify").parse_args(["--input", "x", "--output", "y", "--warc-count", "3"])
+    assert SimplifyStageConfig.from_arguments(args).warc_count == 3
+
+
+def test_a_bad_flag_value_is_one_line_and_exit_2(capsys):
+    from dripper.cli import main
+
+    assert main(["run", "refine", "--input", "x", "--steps", "minhas"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("dripper: error: refine config: steps.0:") and "\n" not in error

@@ -1,0 +1,1 @@
+"""Tests of the research studies under ``research/`` (imported as ``research.<name>``)."""
