@@ -52,7 +52,7 @@ def test_the_sample_from_warcs_to_the_report_with_dripper_commands(tmp_path, cap
     for name in ("cpu", "trafilatura"):
         report = _run(capsys, "extract", "--input", root, "--extractor", name, "--quiet")
         assert report["root"] == layout.extractor(name).root and report["written"] == 1
-        refine = _run(capsys, "refine", "--input", root, "--extractor", name, "--tasks", "1", "--processes", "1",
+        refine = _run(capsys, "refine", "--input", root, "--extractor", name, "--tasks", "1", "--workers", "1",
                       "--steps", "language,minhash", "--quiet")  # fmt: skip
         assert refine["documents_out"] > 0
         tokens = _run(

@@ -79,13 +79,13 @@ class StorageOperator(BaseOperator):
         """``config`` (a stage config class) from this task's rendered values, validated by pydantic.
 
         A value the config refuses fails the task at once (a retry cannot fix it) with the message the CLI
-        gives for the same value. An empty string counts as unset: a template of an empty form field.
+        gives for the same value. ``None`` (an empty form field, rendered natively) leaves the config's default.
         """
         from airflow.sdk.exceptions import AirflowFailException
 
         from dripper.config.settings import StageConfigError
 
-        given = {name: value for name, value in values.items() if value not in (None, "", "None")}
+        given = {name: value for name, value in values.items() if value is not None}
         try:
             return config.parse(given)
         except StageConfigError as error:

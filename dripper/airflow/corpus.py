@@ -254,9 +254,14 @@ class RefineOperator(StorageOperator):
         self.slurm = slurm
 
     def config(self) -> dict[str, Any]:
+        """The ``RefineConfig`` dict, its fields validated by the refine stage's config (the CLI's messages)."""
         from dripper.runs.corpus import refine_config
 
-        return refine_config(self.steps, self.tasks, self.workers, self.options)
+        steps = None if self.steps is None else [step for step in self.steps if step != "tokenize"]
+        stage = self.stage_config(
+            RefineStageConfig, steps=steps, tasks=self.tasks, workers=self.workers, options=self.options
+        )
+        return refine_config(stage.steps, stage.tasks, stage.workers, stage.options)
 
     def execute(self, context: Any) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowFailException
@@ -342,8 +347,9 @@ class TokenizeOperator(StorageOperator):
             raise AirflowSkipException(
                 "no tokenizer given: the corpus is not tokenized (set the tokenizer param)"
             )
+        config = self.stage_config(TokenizeStageConfig, tokenizer=self.tokenizer, eos_token=self.eos_token)
         with spawn_without_airflow_main():
-            return tokenize_extractor(self.root, str(self.tokenizer), self.eos_token or None,
+            return tokenize_extractor(self.root, str(config.tokenizer), config.eos_token or None,
                                       storage_options=self.hook(self.root).storage_options,
                                       force=bool(self.force), log=self.log)  # fmt: skip
 

@@ -46,12 +46,10 @@ class RefineStageConfig(StageConfig):
         -1,
         "datatrove tasks run at once (-1: one per CPU, 1: in the task's process)",
         title="Refinement processes",
-        aliases=("--processes",),
         ge=-1,
     )
     options: dict[str, Any] = setting(
         {},
         'More RefineConfig fields, e.g. {"language": {"languages": ["en"]}}',
         title="Refinement config",
-        aliases=("--config",),
     )

@@ -259,7 +259,7 @@ def test_corpus_build_on_the_stack_equals_the_embedded_defaults(stack, postgres_
              "--workers", "0")  # fmt: skip
     _dripper(capsys, "extract", "--input", local, "--extractor", "trafilatura", "--workers", "0")
     _dripper(
-        capsys, "refine", "--input", local, "--extractor", "trafilatura", "--tasks", "1", "--processes", "1"
+        capsys, "refine", "--input", local, "--extractor", "trafilatura", "--tasks", "1", "--workers", "1"
     )
     tokens = _dripper(
         capsys, "tokenize", "--input", local, "--extractor", "trafilatura", "--tokenizer", stack.tokenizer

@@ -181,7 +181,7 @@ def test_errors_name_the_stage_and_the_field():
 
 def test_list_flags_take_spaces_or_commas_and_old_spellings_still_parse():
     parser = _stage_parser("refine")
-    args = parser.parse_args(["--input", "x", "--steps", "language,minhash", "pii", "--processes", "2"])
+    args = parser.parse_args(["--input", "x", "--steps", "language,minhash", "pii", "--workers", "2"])
     config = RefineStageConfig.from_arguments(args)
     assert config.steps == ["language", "minhash", "pii"] and config.workers == 2
     args = _stage_parser("simplify").parse_args(["--input", "x", "--output", "y", "--warc-count", "3"])

@@ -125,7 +125,7 @@ def test_the_cli_and_the_dag_continue_each_others_runs(
 
     # And the reverse: the CLI finds the DAG's refinement and tokens done.
     refined = _cli(capsys, "refine", "--input", layout.root, "--extractor", "trafilatura", "--tasks", "1",
-                   "--processes", "1")  # fmt: skip
+                   "--workers", "1")  # fmt: skip
     assert refined["documents_out"] == documents
     tokens = _cli(
         capsys, "tokenize", "--input", layout.root, "--extractor", "trafilatura", "--tokenizer", tokenizer_dir
