@@ -146,8 +146,10 @@ def test_operators_default_to_the_configs():
         TokenizeOperator,
     )
     from dripper.airflow.jobs import EvaluateOperator, PretrainOperator
+    from dripper.airflow.snapshots import SelectWarcsOperator
 
     for operator, config in [
+        (SelectWarcsOperator, SimplifyStageConfig),
         (SimplifyBatchOperator, SimplifyStageConfig),
         (ExtractOperator, ExtractStageConfig),
         (RefineOperator, RefineStageConfig),
@@ -179,7 +181,24 @@ def test_errors_name_the_stage_and_the_field():
         ExtractStageConfig.parse(batchsize=3)
 
 
-def test_list_flags_take_spaces_or_commas_and_old_spellings_still_parse():
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.stage)
+def test_one_name_per_setting(config):
+    """No field has a second flag, and no operator argument spells a field another way (``count`` for
+    ``warc_count`` was one): the CLI flag is the field's name, the form field its prefixed name."""
+    from dripper.airflow.corpus import ExtractOperator, RefineOperator, SimplifyBatchOperator
+    from dripper.airflow.snapshots import SelectWarcsOperator
+
+    parser = _stage_parser(config.stage)
+    flags = {flag for action in parser._actions for flag in action.option_strings}
+    for name in config.cli_fields():
+        assert config._meta(name)["aliases"] == [], (config.stage, name)
+        assert config.flag(name) == "--" + name.replace("_", "-") and config.flag(name) in flags
+    spellings = {"count", "fraction", "processes", "max_payload", "max_page"}
+    for operator in (SelectWarcsOperator, SimplifyBatchOperator, ExtractOperator, RefineOperator):
+        assert not spellings & set(inspect.signature(operator.__init__).parameters), operator.__name__
+
+
+def test_list_flags_take_spaces_or_commas():
     parser = _stage_parser("refine")
     args = parser.parse_args(["--input", "x", "--steps", "language,minhash", "pii", "--workers", "2"])
     config = RefineStageConfig.from_arguments(args)
