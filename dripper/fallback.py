@@ -7,9 +7,10 @@ without Markdown (an upstream defect, UPSTREAM.md §1.0).
 
 from __future__ import annotations
 
-import difflib
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+
+from dripper.hints import did_you_mean
 
 
 class Fallback(ABC):
@@ -68,8 +69,7 @@ def build_fallback(name: str) -> Fallback:
         KeyError: unknown name, with the closest registered names.
     """
     if name not in _FALLBACKS:
-        close = difflib.get_close_matches(name, _FALLBACKS, n=2)
-        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        hint = did_you_mean(name, _FALLBACKS, n=2)
         raise KeyError(f"unknown fallback {name!r} (known: {', '.join(sorted(_FALLBACKS))}){hint}")
     return _FALLBACKS[name]()
 

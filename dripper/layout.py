@@ -24,12 +24,9 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass
 
+from dripper.io.storage import join_path
+
 __all__ = ["ExtractorLayout", "RunLayout"]
-
-
-def _join(base: str, *parts: str) -> str:
-    base = str(base).rstrip("/")
-    return posixpath.join(base, *parts) if "://" in base else "/".join([base, *parts])
 
 
 @dataclass(frozen=True)
@@ -44,43 +41,43 @@ class ExtractorLayout:
 
     @property
     def spec_file(self) -> str:
-        return _join(self.root, "_extractor.json")
+        return join_path(self.root, "_extractor.json")
 
     @property
     def extracted(self) -> str:
-        return _join(self.root, "extracted")
+        return join_path(self.root, "extracted")
 
     @property
     def run_summary(self) -> str:
         """The extract stage's run summary (pages per extractor, what a cascade routed)."""
-        return _join(self.root, "_run_summary.json")
+        return join_path(self.root, "_run_summary.json")
 
     @property
     def corpus(self) -> str:
-        return _join(self.root, "corpus")
+        return join_path(self.root, "corpus")
 
     @property
     def refine_summary(self) -> str:
-        return _join(self.root, "refine", "_summary.json")
+        return join_path(self.root, "refine", "_summary.json")
 
     @property
     def tokens(self) -> str:
-        return _join(self.root, "tokens")
+        return join_path(self.root, "tokens")
 
     @property
     def tokens_summary(self) -> str:
-        return _join(self.root, "tokens", "_summary.json")
+        return join_path(self.root, "tokens", "_summary.json")
 
     def pretrain(self, run: str) -> str:
         """A training run's folder (``train_log.jsonl``, ``checkpoints/``, ``hf-checkpoints/``)."""
-        return _join(self.root, "pretrain", run)
+        return join_path(self.root, "pretrain", run)
 
     def hf_checkpoints(self, run: str) -> str:
-        return _join(self.pretrain(run), "hf-checkpoints")
+        return join_path(self.pretrain(run), "hf-checkpoints")
 
     def evaluation(self, run: str) -> str:
         """A training run's scores: ``checkpoints/{checkpoint}.json`` and ``scores.json`` (the last)."""
-        return _join(self.root, "eval", run)
+        return join_path(self.root, "eval", run)
 
 
 @dataclass(frozen=True)
@@ -91,14 +88,14 @@ class RunLayout:
 
     @property
     def selection_file(self) -> str:
-        return _join(self.root, "_selection.json")
+        return join_path(self.root, "_selection.json")
 
     @property
     def simplified(self) -> str:
-        return _join(self.root, "simplified")
+        return join_path(self.root, "simplified")
 
     def extractor(self, name: str) -> ExtractorLayout:
-        return ExtractorLayout(_join(self.root, "extractors", name))
+        return ExtractorLayout(join_path(self.root, "extractors", name))
 
     def ablation(self, name: str) -> str:
-        return _join(self.root, "ablations", name)
+        return join_path(self.root, "ablations", name)

@@ -113,7 +113,7 @@ def test_stream_keeps_order_and_count_across_batches():
 def test_unknown_labeler_and_fallback_names_are_clear_errors():
     with pytest.raises(KeyError, match="unknown labeler"):
         Extractor("orcale")
-    with pytest.raises(KeyError, match="did you mean trafilatura"):
+    with pytest.raises(KeyError, match="did you mean 'trafilatura'"):
         Extractor(AllMain(), ExtractOptions(fallback="trafilatur"))
 
 

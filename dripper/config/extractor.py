@@ -21,7 +21,6 @@ labeler registry (in a task or a CLI, not at DAG parse time). Every error names 
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 import posixpath
@@ -34,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from dripper.config.extract import DEFAULT_FALLBACK
 from dripper.config.settings import parse_value
+from dripper.hints import did_you_mean
 
 __all__ = [
     "ANSWER_FORMATS",
@@ -77,10 +77,9 @@ def _check_required_options(labeler: str, options: Mapping[str, Any]) -> None:
             )
     answer_format = options.get("answer_format")
     if answer_format is not None and answer_format not in ANSWER_FORMATS:
-        close = difflib.get_close_matches(str(answer_format), ANSWER_FORMATS, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
         raise ValueError(
-            f"options.answer_format: {answer_format!r} is not one of {', '.join(ANSWER_FORMATS)}{hint}"
+            f"options.answer_format: {answer_format!r} is not one of {', '.join(ANSWER_FORMATS)}"
+            + did_you_mean(answer_format, ANSWER_FORMATS, n=1)
         )
 
 
@@ -343,8 +342,7 @@ def _check_labeler(name: str, field: str, labeler: str, options: Mapping[str, An
     if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
         for option in options:
             if option not in parameters:
-                close = difflib.get_close_matches(option, parameters, n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else ""
+                hint = did_you_mean(option, parameters, n=1)
                 raise ExtractorSpecError(
                     f"extractor {name!r}: {field}options.{option}: the {labeler} labeler takes no "
                     f"option {option!r} (it takes {', '.join(parameters)}){hint}"

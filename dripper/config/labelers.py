@@ -5,9 +5,10 @@ only; the labeler interface itself is :mod:`dripper.labelers.base`."""
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable
 from typing import Any
+
+from dripper.hints import did_you_mean
 
 __all__ = [
     "BUILTIN_LABELERS",
@@ -87,9 +88,7 @@ def labeler_factory(name: str) -> LabelerFactory:
     target = name if ":" in name else labeler_targets().get(name)
     if target is None:
         known = available_labelers()
-        close = difflib.get_close_matches(name, known, n=3)
-        hint = f"; did you mean {', '.join(close)}?" if close else ""
-        raise KeyError(f"unknown labeler {name!r} (known: {', '.join(known)}){hint}")
+        raise KeyError(f"unknown labeler {name!r} (known: {', '.join(known)}){did_you_mean(name, known)}")
     import importlib
 
     module_name, _, attribute = target.partition(":")

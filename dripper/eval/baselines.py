@@ -11,12 +11,13 @@ The settings below reproduce the baseline figures of the development sets' READM
 
 from __future__ import annotations
 
-import difflib
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from dripper.hints import did_you_mean
 
 if TYPE_CHECKING:
     from dripper.eval.datasets import BenchPage
@@ -61,8 +62,7 @@ def get_extractor(spec: Any, **options: Any) -> Extractor:
     cls = _EXTRACTORS.get(family)
     if cls is None:
         names = available_extractors()
-        close = difflib.get_close_matches(family, names, n=3, cutoff=0.5)
-        hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+        hint = did_you_mean(family, names, cutoff=0.5)
         raise KeyError(f"unknown extractor {spec!r}{hint} (available: {', '.join(names)})")
     return cls(argument if sep else None, **options)
 

@@ -31,7 +31,6 @@ Configs come from Python or from a JSON-like dict (Airflow params, CLI ``--confi
 
 from __future__ import annotations
 
-import difflib
 import fnmatch
 import re
 from collections.abc import Mapping
@@ -40,6 +39,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from dripper.config.refine import DEFAULT_REFINE_STEPS, REFINE_STEPS
+from dripper.hints import did_you_mean
 
 __all__ = [
     "DEFAULT_STEPS",
@@ -529,9 +529,8 @@ def _check(condition: bool, message: str) -> None:
 
 
 def _did_you_mean(name: str, choices: Any) -> str:
-    close = difflib.get_close_matches(name, list(choices), n=3)
-    listed = ", ".join(sorted(choices))
-    return f"; did you mean {', '.join(close)}?" if close else f"; known: {listed}"
+    """The hint, or the known names when none is close (these messages list no names otherwise)."""
+    return did_you_mean(name, choices) or f"; known: {', '.join(sorted(choices))}"
 
 
 def _names(text: str) -> tuple[str, ...]:

@@ -79,7 +79,7 @@ def test_option_names_are_checked_against_the_labeler():
     ):
         check_labeler_options(parse_extractors(["c=cpu,thresold=0.6"]))
     with pytest.raises(
-        ExtractorSpecError, match=r"extractor 'q': labeler: unknown labeler 'vlm'.*did you mean vllm"
+        ExtractorSpecError, match=r"extractor 'q': labeler: unknown labeler 'vlm'.*did you mean 'vllm'"
     ):
         check_labeler_options(parse_extractors(["q=vlm"]))
     check_labeler_options(

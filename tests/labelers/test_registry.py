@@ -90,7 +90,7 @@ def test_a_plugin_labeler_is_usable_by_name_from_a_form(plugin_path, tmp_path):
 
 
 def test_unknown_names_and_import_paths():
-    with pytest.raises(KeyError, match=r"unknown labeler 'orcale'.*did you mean oracle"):
+    with pytest.raises(KeyError, match=r"unknown labeler 'orcale'.*did you mean 'oracle'"):
         labeler_factory("orcale")
     with pytest.raises(KeyError, match=r"cannot import 'Nothing' from 'dripper.labelers.base'"):
         build_labeler("dripper.labelers.base:Nothing")

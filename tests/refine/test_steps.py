@@ -21,7 +21,7 @@ def test_registry_lists_every_step_in_order():
     assert set(DEFAULT_STEPS) <= set(STEP_ORDER)
     assert "url_dedup" not in DEFAULT_STEPS and "tokenize" not in DEFAULT_STEPS
     assert all(step_spec(name).drops for name in STEP_ORDER[:7])
-    with pytest.raises(KeyError, match="did you mean gopher_quality"):
+    with pytest.raises(KeyError, match="did you mean 'gopher_quality'"):
         step_spec("gopher_qualty")
 
 
@@ -55,8 +55,8 @@ def test_config_round_trips_through_dicts():
 @pytest.mark.parametrize(
     ("data", "error", "match"),
     [
-        ({"steps": ["langauge"]}, KeyError, "did you mean language"),
-        ({"taks": 3}, KeyError, "did you mean tasks"),
+        ({"steps": ["langauge"]}, KeyError, "did you mean 'language'"),
+        ({"taks": 3}, KeyError, "did you mean 'tasks'"),
         ({"language": {"treshold": 0.2}}, KeyError, "config.language: unknown field 'treshold'"),
         ({"steps": ["tokenize"]}, ValueError, "needs tokenize.tokenizer"),
         ({"tasks": 0}, ValueError, "tasks must be >= 1"),

@@ -144,7 +144,7 @@ def test_labelers_by_name_and_import_path():
     assert build_stage_labeler("oracle").name == "oracle"
     assert isinstance(build_stage_labeler(LONG_BLOCKS, {"min_words": 3}), LongBlocks)
     assert build_stage_labeler(LONG_BLOCKS, {"min_words": 3}).min_words == 3
-    with pytest.raises(KeyError, match="did you mean oracle"):
+    with pytest.raises(KeyError, match="did you mean 'oracle'"):
         build_stage_labeler("orcale")
     with pytest.raises(KeyError, match="cannot import"):
         build_stage_labeler("tests.nowhere:Labeler")
@@ -168,7 +168,7 @@ def test_cli_extract_on_dask_workers(reference_run, tmp_path, capsys):
     assert (report["stage"], report["written"], report["failed"]) == ("extracted", 2, {})
     assert comparable(read_stage(str(out), "extracted")) == expected_rows(reference_run, "extracted", root)
     assert cli_main(["run", "extract", "--input", root, "--labeler", "orcale", "--quiet"]) == 2
-    assert "did you mean oracle" in capsys.readouterr().err
+    assert "did you mean 'oracle'" in capsys.readouterr().err
 
 
 def test_cli_extract_takes_an_extractor_spec_and_keeps_one_spec_per_root(reference_run, tmp_path, capsys):
