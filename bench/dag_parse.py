@@ -32,7 +32,14 @@ HEAVY_MODULES = frozenset(
 #: few standard-library-only modules they read constants and job specs from.
 LIGHT_PREFIXES = ("dripper.airflow", "dripper.config")
 LIGHT_MODULES = frozenset(
-    {"dripper.io", "dripper.io.warc", "dripper.pretrain", "dripper.pretrain.config", "dripper.pretrain.slurm"}
+    {
+        "dripper.hints",
+        "dripper.io",
+        "dripper.io.warc",
+        "dripper.pretrain",
+        "dripper.pretrain.config",
+        "dripper.pretrain.slurm",
+    }
 )
 
 
