@@ -39,6 +39,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from dripper.config.simplify import SimplifyStageConfig  # noqa: E402
 from dripper.stages.runner import dask_client  # noqa: E402
 from dripper.stages.simplify import resolve_warc_inputs, simplify_stage  # noqa: E402
 
@@ -120,9 +121,11 @@ def main() -> int:
     print(f"{len(warc_files)} WARC files, {len(pages)} HTML pages; {os.cpu_count()} cores; "
           f"load average {os.getloadavg()[0]:.1f}; best of {args.rounds}")  # fmt: skip
 
-    _stage_once(warc_files[:1], workers=0)  # imports and caches warm, outside the timings
+    _stage_once(
+        warc_files[:1], config=SimplifyStageConfig(workers=0)
+    )  # imports and caches warm, outside the timings
     rows = []  # (name, pages/s, per core by wall time, pages per CPU-second)
-    wall, cpu, n = _best(args.rounds, lambda: _stage_once(warc_files, workers=0))
+    wall, cpu, n = _best(args.rounds, lambda: _stage_once(warc_files, config=SimplifyStageConfig(workers=0)))
     rows.append(("stage, 1 process", n / wall, n / wall, n / cpu))
 
     started = time.perf_counter()
@@ -145,7 +148,7 @@ def main() -> int:
     # The extract stage reads the shards of one simplify run (made here, outside the timings).
     simplified_root = tempfile.mkdtemp(prefix="bench-dataplane-simplified-")
     try:
-        simplify_stage(warc_files, simplified_root, progress=False, workers=0)
+        simplify_stage(warc_files, simplified_root, SimplifyStageConfig(workers=0), progress=False)
         _extract_once(simplified_root)  # the labeler's model and walk layout warm
         extract_wall, extract_cpu, n = _best(args.rounds, lambda: _extract_once(simplified_root))
     finally:

@@ -434,7 +434,7 @@ def _finish_stage(report) -> int:
 
 def run_simplify_stage(args: argparse.Namespace) -> int:
     from dripper.config.simplify import SimplifyStageConfig
-    from dripper.stages.simplify import SimplifyStageOptions, simplify_stage
+    from dripper.stages.simplify import simplify_stage
 
     progress = _configure_run_logging(args.quiet)
     stage = SimplifyStageConfig.from_arguments(args)
@@ -447,18 +447,10 @@ def run_simplify_stage(args: argparse.Namespace) -> int:
     report = simplify_stage(
         args.input,
         args.output,
-        workers=stage.workers,
+        stage,
         scheduler=args.scheduler,
-        options=SimplifyStageOptions(
-            warcs_per_shard=stage.warcs_per_shard,
-            max_payload_bytes=stage.max_payload_bytes,
-            max_page_bytes=stage.max_page_bytes,
-        ),
         storage_options=storage_options or None,
         input_storage_options=input_options,
-        count=stage.warc_count,
-        fraction=stage.warc_fraction,
-        seed=stage.seed,
         force=args.force,
         progress=progress,
         raise_on_failure=False,

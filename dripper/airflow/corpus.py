@@ -76,10 +76,9 @@ class SimplifyBatchOperator(DaskStageOperator):
         plan = selection_plan(root, hook.storage_options)
         with spawn_without_airflow_main():
             return simplify_batch(
-                root, plan, self.batch, max_payload_bytes=config.max_payload_bytes,
-                max_page_bytes=config.max_page_bytes, storage_options=hook.storage_options,
+                root, plan, self.batch, config, storage_options=hook.storage_options,
                 input_storage_options=input_storage_options(plan["warc_files"][0], self.aws_conn_id),
-                force=bool(self.force), **self.dask_arguments(config.workers),
+                force=bool(self.force), scheduler=self.dask_scheduler or None,
             )  # fmt: skip
 
 

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dripper.config.simplify import SimplifyStageConfig
 
 __all__ = [
     "build_summary",
@@ -52,34 +55,29 @@ def simplify_batch(
     root: str,
     plan: dict[str, Any],
     batch: dict[str, Any],
+    config: SimplifyStageConfig,
     *,
-    max_payload_bytes: int,
-    max_page_bytes: int,
     storage_options: dict[str, Any] | None = None,
     input_storage_options: dict[str, Any] | None = None,
     force: bool = False,
     scheduler: Any = None,
-    workers: int | None = None,
 ) -> dict[str, Any]:
-    """Simplify the shards ``batch["first_shard"]`` … ``+ batch["shards"]`` of a selection's ``plan``.
+    """Simplify the shards ``batch["first_shard"]`` … ``+ batch["shards"]`` of a selection's ``plan`` with
+    ``config``'s page limits and workers (the files and shard size are the plan's).
 
     Finished shards are skipped. Raises ``StageError`` when a shard failed. Returns ``{"batch", "shards",
     "written", "skipped", "pages_in", "pages_out", "wall_seconds"}``.
     """
     from dripper.stages.runner import StageError, StageReport
-    from dripper.stages.simplify import SIMPLIFIED_STAGE, SimplifyStageOptions, simplify_shards
+    from dripper.stages.simplify import SIMPLIFIED_STAGE, simplify_shards
 
     started = time.perf_counter()
     first, count = int(batch["first_shard"]), int(batch["shards"])
-    options = SimplifyStageOptions(
-        warcs_per_shard=plan.get("warcs_per_shard", 1),
-        max_payload_bytes=int(max_payload_bytes),
-        max_page_bytes=int(max_page_bytes),
-    )
+    config = config.model_copy(update={"warcs_per_shard": plan.get("warcs_per_shard", 1)})
     shards = list(enumerate(plan["shards"][first : first + count], start=first))
     results, failures = simplify_shards(
-        root, shards, options, storage_options, input_storage_options, force=force, progress=False,
-        scheduler=scheduler, workers=workers,
+        root, shards, config, storage_options, input_storage_options, force=force, progress=False,
+        scheduler=scheduler,
     )  # fmt: skip
     if failures:
         raise StageError(StageReport(SIMPLIFIED_STAGE, root, len(shards), failed=failures))

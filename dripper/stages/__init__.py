@@ -35,7 +35,7 @@ _EXPORTS = {
     "run_shard_tasks": "runner",
     "run_streaming_shard": "runner",
     "SIMPLIFIED_STAGE": "simplify",
-    "SimplifyStageOptions": "simplify",
+    "ShardFormat": "simplify",
     "plan_simplify_shards": "simplify",
     "resolve_warc_inputs": "simplify",
     "simplified_schema": "simplify",

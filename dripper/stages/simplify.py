@@ -65,7 +65,7 @@ from dripper.stages.shards import ShardResult, ShardStats
 
 __all__ = [
     "SIMPLIFIED_STAGE",
-    "SimplifyStageOptions",
+    "ShardFormat",
     "plan_simplify_shards",
     "resolve_warc_inputs",
     "simplified_schema",
@@ -81,13 +81,11 @@ _GLOB_CHARS = frozenset("*?[")
 
 
 @dataclass(frozen=True)
-class SimplifyStageOptions:
-    """Options of the simplify stage.
+class ShardFormat:
+    """How simplified shards are written: what no user setting covers (the user's are
+    :class:`~dripper.config.simplify.SimplifyStageConfig`).
 
     Attributes:
-        warcs_per_shard: WARC files per shard (one Dask task each).
-        max_payload_bytes: WARC payloads larger than this are dropped as ``too_large`` unread.
-        max_page_bytes: Pages larger than this after decoding get status ``too_large``.
         simplify: Simplification options (the model format).
         prompt_version: Prompt template used for the length estimate.
         rows_per_group: Rows per parquet row group (a group is flushed earlier past ``max_group_bytes``).
@@ -95,9 +93,6 @@ class SimplifyStageOptions:
         compression: Parquet codec.
     """
 
-    warcs_per_shard: int = SimplifyStageConfig.default("warcs_per_shard")
-    max_payload_bytes: int = SimplifyStageConfig.default("max_payload_bytes")
-    max_page_bytes: int = SimplifyStageConfig.default("max_page_bytes")
     simplify: SimplifyOptions = field(default_factory=SimplifyOptions)
     prompt_version: str = "short_compact"
     rows_per_group: int = 256
@@ -105,9 +100,8 @@ class SimplifyStageOptions:
     compression: str = "zstd"
 
     def __post_init__(self) -> None:
-        for name in ("warcs_per_shard", "max_payload_bytes", "max_page_bytes", "rows_per_group"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.rows_per_group < 1 or self.max_group_bytes < 1:
+            raise ValueError(f"rows_per_group and max_group_bytes must be positive, got {self}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -290,7 +284,7 @@ class _Rows:
         return pa.RecordBatch.from_pydict(self.columns, schema=self.schema)
 
 
-def _page_row(warc_page: Any, options: SimplifyStageOptions, extract_options: Any) -> dict[str, Any]:
+def _page_row(warc_page: Any, shard_format: ShardFormat, extract_options: Any) -> dict[str, Any]:
     from dripper.pipeline import prepare_page
     from dripper.prompt import CHARS_PER_TOKEN, build_prompt
 
@@ -319,7 +313,7 @@ def _page_row(warc_page: Any, options: SimplifyStageOptions, extract_options: An
         "simplify_seconds": prepared.stats.get("simplify_seconds", 0.0),
     }
     if simplified is not None:
-        prompt_chars = len(build_prompt(simplified.simplified_html, options.prompt_version))
+        prompt_chars = len(build_prompt(simplified.simplified_html, shard_format.prompt_version))
         row.update(
             simplified_html=simplified.simplified_html,
             mapping_html=simplified.mapping_markup(),
@@ -336,13 +330,14 @@ def _page_row(warc_page: Any, options: SimplifyStageOptions, extract_options: An
 
 def _produce_rows(
     warc_files: Sequence[str],
-    options: SimplifyStageOptions,
+    config: SimplifyStageConfig,
+    shard_format: ShardFormat,
     input_storage_options: dict[str, Any] | None,
     stats: ShardStats,
 ) -> Iterator[Any]:
     from dripper.pipeline import ExtractOptions
 
-    extract_options = ExtractOptions(max_page_bytes=options.max_page_bytes, simplify=options.simplify)
+    extract_options = ExtractOptions(max_page_bytes=config.max_page_bytes, simplify=shard_format.simplify)
     schema = simplified_schema()
     rows = _Rows(schema)
     read = WarcReadStats()
@@ -350,16 +345,19 @@ def _produce_rows(
         file_stats = WarcReadStats()
         with open_url(warc_file, "rb", input_storage_options) as stream:
             for warc_page in iter_warc_pages(
-                stream, warc_name=warc_file, stats=file_stats, max_payload_bytes=options.max_payload_bytes
+                stream, warc_name=warc_file, stats=file_stats, max_payload_bytes=config.max_payload_bytes
             ):
-                row = _page_row(warc_page, options, extract_options)
+                row = _page_row(warc_page, shard_format, extract_options)
                 rows.add(row)
                 stats.rows_out += 1
                 stats.count(f"status:{row['status']}")
                 stats.count("blocks", row["n_blocks"])
                 stats.count("prompt_tokens_estimate", row["prompt_tokens_estimate"])
                 stats.count("simplify_seconds", row["simplify_seconds"])
-                if rows.count >= options.rows_per_group or rows.text_bytes >= options.max_group_bytes:
+                if (
+                    rows.count >= shard_format.rows_per_group
+                    or rows.text_bytes >= shard_format.max_group_bytes
+                ):
                     yield rows.batch()
                     rows = _Rows(schema)
         file_stats.check()
@@ -382,27 +380,29 @@ def simplify_shard(
     root: str,
     shard_index: int,
     warc_files: Sequence[str],
-    options: SimplifyStageOptions | None = None,
+    config: SimplifyStageConfig | None = None,
     storage_options: dict[str, Any] | None = None,
     input_storage_options: dict[str, Any] | None = None,
     force: bool = False,
+    shard_format: ShardFormat | None = None,
 ) -> ShardResult:
     """Simplify the pages of ``warc_files`` into ``{root}/simplified/part-{shard_index:05d}.parquet``.
 
     Skipped when the shard's marker exists (raises :class:`~dripper.stages.shards.ShardInputsChanged`
     if it was made from other files). Runs anywhere: in-process or as a Dask task.
     """
-    options = options or SimplifyStageOptions()
+    config = config or SimplifyStageConfig()
+    shard_format = shard_format or ShardFormat()
     warc_files = list(warc_files)
     return run_streaming_shard(
         join_path(str(root), SIMPLIFIED_STAGE),
         shard_index,
         simplified_schema(),
-        lambda stats: _produce_rows(warc_files, options, input_storage_options, stats),
+        lambda stats: _produce_rows(warc_files, config, shard_format, input_storage_options, stats),
         storage_options=storage_options,
         force=force,
         marker_extra={"inputs": warc_files},
-        compression=options.compression,
+        compression=shard_format.compression,
     )
 
 
@@ -412,23 +412,24 @@ def simplify_shard(
 def simplify_shards(
     root: str,
     shards: Sequence[tuple[int, list[str]]],
-    options: SimplifyStageOptions,
+    config: SimplifyStageConfig,
     storage_options: dict[str, Any] | None = None,
     input_storage_options: dict[str, Any] | None = None,
     *,
     force: bool = False,
-    workers: int | None = None,
     scheduler: Any = None,
     progress: bool | None = None,
+    shard_format: ShardFormat | None = None,
 ) -> tuple[list[ShardResult], dict[int, str]]:
-    """Simplify planned shards (``(shard index, WARC files)``) of ``root`` on Dask: finished shards are
-    skipped unless ``force``. What :func:`simplify_stage` and the Airflow simplify task (a batch of a
-    selection's shards each) run. Returns the shard results and the failures by shard."""
+    """Simplify planned shards (``(shard index, WARC files)``) of ``root`` on Dask (``scheduler``, else a
+    ``LocalCluster`` of ``config.workers``): finished shards are skipped unless ``force``. What
+    :func:`simplify_stage` and the Airflow simplify task (a batch of a selection's shards each) run.
+    Returns the shard results and the failures by shard."""
     tasks = [
         ShardTask(
             index,
             simplify_shard,
-            (root, index, files, options, storage_options, input_storage_options, force),
+            (root, index, files, config, storage_options, input_storage_options, force, shard_format),
             stage_dir=join_path(root, SIMPLIFIED_STAGE),
             marker_extra={"inputs": files},
             storage_options=storage_options,
@@ -436,58 +437,61 @@ def simplify_shards(
         for index, files in shards
     ]
     return run_shard_tasks(
-        SIMPLIFIED_STAGE, tasks, workers=workers, scheduler=scheduler, progress=progress, force=force
+        SIMPLIFIED_STAGE, tasks, workers=config.workers, scheduler=scheduler, progress=progress, force=force
     )
 
 
 def simplify_stage(
     inputs: str | Sequence[str],
     root: str,
+    config: SimplifyStageConfig | None = None,
     *,
-    workers: int | None = None,
     scheduler: Any = None,
-    options: SimplifyStageOptions | None = None,
     storage_options: dict[str, Any] | None = None,
     input_storage_options: dict[str, Any] | None = None,
-    count: int | None = None,
-    fraction: float | None = None,
-    seed: int | str = 0,
     force: bool = False,
     progress: bool | None = None,
     raise_on_failure: bool = True,
+    shard_format: ShardFormat | None = None,
 ) -> StageReport:
     """Run the simplify stage: WARC inputs → ``{root}/simplified/``, one shard per WARC file (group).
 
     Args:
         inputs: ``--input`` specs (see :func:`resolve_warc_inputs`).
         root: The run root (local path or fsspec URL).
-        workers: ``0``: in this process; ``N``: a Dask ``LocalCluster`` of N processes; ``None``: one
-            process per core. Ignored with ``scheduler``.
+        config: The stage's settings (the ``dripper run simplify`` flags, the DAG form's fields): which WARC
+            files (``warc_count``/``warc_fraction``, ``seed``), shard size, page limits and ``workers``
+            (``0``: in this process; ``N``: a Dask ``LocalCluster`` of N processes; ``None``: one per core;
+            ignored with ``scheduler``).
         scheduler: An existing Dask cluster: scheduler address or ``distributed.Client``.
-        options: Stage options.
         storage_options: fsspec options of the run root.
         input_storage_options: fsspec options of the inputs (default: ``storage_options``).
-        count, fraction, seed: Deterministic selection of WARC files.
         force: Recompute shards even when done.
         progress: Progress display (``None``: bar on a terminal, log lines otherwise).
         raise_on_failure: Raise :class:`StageError` when a shard failed (after summarising the others).
+        shard_format: How shards are written (defaults: the model format of the released weights).
 
     Returns:
         A :class:`StageReport`; the stage summary and ``{root}/_run_summary.json`` are written.
     """
-    options = options or SimplifyStageOptions()
+    config = config or SimplifyStageConfig()
+    shard_format = shard_format or ShardFormat()
     input_storage_options = input_storage_options if input_storage_options is not None else storage_options
     started = time.perf_counter()
     warc_files = resolve_warc_inputs(
-        inputs, count=count, fraction=fraction, seed=seed, storage_options=input_storage_options
+        inputs,
+        count=config.warc_count,
+        fraction=config.warc_fraction,
+        seed=config.seed,
+        storage_options=input_storage_options,
     )
     if not warc_files:
         raise ValueError(f"--input {inputs!r} names no WARC file (an empty listing or selection)")
-    plan = plan_simplify_shards(warc_files, options.warcs_per_shard)
+    plan = plan_simplify_shards(warc_files, config.warcs_per_shard)
     log.info("simplify: %d WARC files in %d shards → %s", len(warc_files), len(plan), root)
     results, failures = simplify_shards(
-        str(root), list(enumerate(plan)), options, storage_options, input_storage_options, force=force,
-        workers=workers, scheduler=scheduler, progress=progress,
+        str(root), list(enumerate(plan)), config, storage_options, input_storage_options, force=force,
+        scheduler=scheduler, progress=progress, shard_format=shard_format,
     )  # fmt: skip
     report = StageReport(
         stage=SIMPLIFIED_STAGE,
@@ -504,9 +508,10 @@ def simplify_stage(
         expected_shards=len(plan),
         storage_options=storage_options,
         parameters={
-            "workers": "scheduler" if scheduler is not None else workers,
+            "workers": "scheduler" if scheduler is not None else config.workers,
             "warc_files": len(warc_files),
-            "options": options.to_dict(),
+            "config": config.model_dump(mode="json"),
+            "shard_format": shard_format.to_dict(),
         },
     )
     if failures and raise_on_failure:

@@ -119,17 +119,11 @@ def test_python_api_defaults_are_the_configs():
     from dripper.pipeline import ExtractOptions
     from dripper.stages.extract import ExtractStageOptions
     from dripper.stages.extractor import extract_with_spec
-    from dripper.stages.simplify import SimplifyStageOptions
 
     pairs = [
         (ExtractStageOptions(), ExtractStageConfig, ("batch_size", "fallback", "fallback_on_empty")),
         (ExtractOptions(), ExtractStageConfig, ("batch_size", "fallback", "fallback_on_empty")),
         (ExtractOptions(), SimplifyStageConfig, ("max_page_bytes",)),
-        (
-            SimplifyStageOptions(),
-            SimplifyStageConfig,
-            ("warcs_per_shard", "max_payload_bytes", "max_page_bytes"),
-        ),
     ]
     for options, config, names in pairs:
         for name in names:

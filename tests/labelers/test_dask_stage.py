@@ -31,11 +31,17 @@ def small_simplified_root(tmp_path_factory) -> str:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from dripper.config.simplify import SimplifyStageConfig
     from dripper.stages.shards import ShardStats, run_shard
     from dripper.stages.simplify import simplify_stage
 
     full = str(tmp_path_factory.mktemp("simplified-full") / "run")
-    simplify_stage(f"snapshot:CC-MAIN-SAMPLE@{SAMPLE_BASE}", full, count=1, workers=0, progress=False)
+    simplify_stage(
+        f"snapshot:CC-MAIN-SAMPLE@{SAMPLE_BASE}",
+        full,
+        SimplifyStageConfig(warc_count=1, workers=0),
+        progress=False,
+    )
     table = pq.read_table(f"{full}/simplified/part-00000.parquet")
     rows = [row for row in table.to_pylist() if row["simplified_html"] and (row["n_blocks"] or 0) >= 3]
     rows = sorted(rows, key=lambda row: (row["n_blocks"], row["doc_id"]))[:PAGES]

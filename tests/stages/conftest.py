@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from dripper.config.simplify import SimplifyStageConfig
 from dripper.labelers.base import BlockLabeler, Labels
 
 REPO = Path(__file__).resolve().parents[2]
@@ -83,7 +84,7 @@ def reference_run(tmp_path_factory) -> dict:
     from dripper.stages.simplify import simplify_stage
 
     root = str(tmp_path_factory.mktemp("reference") / "run")
-    simplify_report = simplify_stage(SAMPLE_SNAPSHOT, root, workers=0, progress=False)
+    simplify_report = simplify_stage(SAMPLE_SNAPSHOT, root, SimplifyStageConfig(workers=0), progress=False)
     labeler = LongBlocks()
     extract_report = extract_stage(root, labeler=labeler, workers=0, progress=False)
     return {

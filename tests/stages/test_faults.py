@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from dripper.config.simplify import SimplifyStageConfig
 from dripper.stages import simplify as simplify_module
 from dripper.stages.extract import extract_stage
 from dripper.stages.runner import StageError
@@ -111,7 +112,7 @@ def test_killed_simplify_run_resumes_to_the_same_output(reference_run, tmp_path)
     command = ["run", "simplify", "--input", SAMPLE_SNAPSHOT, "--output", str(root), "--workers", "2"]
     finished = kill_run_after_first_marker(command, root, "simplified")
     assert 1 <= finished < 4
-    report = simplify_stage(SAMPLE_SNAPSHOT, str(root), workers=0, progress=False)
+    report = simplify_stage(SAMPLE_SNAPSHOT, str(root), SimplifyStageConfig(workers=0), progress=False)
     assert (report.skipped, report.written, report.failed) == (finished, 4 - finished, {})
     assert report.summary["complete"] is True
     assert comparable(read_stage(str(root), "simplified")) == comparable(reference_run["simplified"])
@@ -170,7 +171,7 @@ def test_bad_warc_input_is_counted_with_reasons(tmp_path, monkeypatch):
     (bad / "c-empty.warc.gz").write_bytes(b"")
     (bad / "d-text.warc").write_text("this is not a WARC file\n" * 100)
     root = tmp_path / "run"
-    report = simplify_stage(str(bad), str(root), workers=0, progress=False)
+    report = simplify_stage(str(bad), str(root), SimplifyStageConfig(workers=0), progress=False)
     assert (report.written, report.failed) == (4, {})
     by_file = {}
     from dripper.stages.shards import ShardWriter
@@ -196,6 +197,6 @@ def test_bad_warc_input_is_counted_with_reasons(tmp_path, monkeypatch):
     with pytest.raises(
         StageError, match="1 of 2 shards failed: part-00001.parquet: FileNotFoundError"
     ) as error:
-        simplify_stage("ignored", str(tmp_path / "run2"), workers=0, progress=False)
+        simplify_stage("ignored", str(tmp_path / "run2"), SimplifyStageConfig(workers=0), progress=False)
     assert list_done_shards(f"{tmp_path}/run2/simplified") == [0]
     assert error.value.report.summary["shards_missing"] == [1]

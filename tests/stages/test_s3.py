@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 
+from dripper.config.simplify import SimplifyStageConfig
 from dripper.io.storage import filesystem_for
 from dripper.stages.extract import extract_stage
 from dripper.stages.shards import ShardWriter, list_done_shards
@@ -21,7 +22,9 @@ def test_both_stages_on_s3_equal_the_local_run(reference_run, s3_bucket, s3_opti
     assert len(inputs) == 4 and all(url.startswith(f"s3://{s3_bucket}/sample/crawl-data/") for url in inputs)
     root = f"s3://{s3_bucket}/runs/one"
 
-    report = simplify_stage(snapshot, root, workers=2, storage_options=s3_options, progress=False)
+    report = simplify_stage(
+        snapshot, root, SimplifyStageConfig(workers=2), storage_options=s3_options, progress=False
+    )
     assert (report.written, report.failed) == (4, {})
     assert report.summary["pages_out"] == SAMPLE_PAGES
     extracted = extract_stage(root, labeler=LongBlocks(), storage_options=s3_options, progress=False)
@@ -52,7 +55,9 @@ def test_both_stages_on_s3_equal_the_local_run(reference_run, s3_bucket, s3_opti
     assert summary["stage_runs"]["extracted"]["labeler"] == "long-blocks"
 
     # A rerun finds every marker and does nothing.
-    again = simplify_stage(snapshot, root, workers=0, storage_options=s3_options, progress=False)
+    again = simplify_stage(
+        snapshot, root, SimplifyStageConfig(workers=0), storage_options=s3_options, progress=False
+    )
     assert (again.written, again.skipped) == (0, 4)
 
 

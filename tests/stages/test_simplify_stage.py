@@ -8,6 +8,7 @@ import pytest
 
 from dripper.cli import main as cli_main
 from dripper.config.settings import parse_key_values
+from dripper.config.simplify import SimplifyStageConfig
 from dripper.simplify import simplify_html
 from dripper.stages.shards import ShardInputsChanged, ShardWriter
 from dripper.stages.simplify import (
@@ -80,12 +81,12 @@ def test_rows_hold_what_the_extract_stage_needs(reference_run):
 def test_rerun_skips_finished_shards_and_refuses_other_inputs(reference_run, tmp_path):
     root = tmp_path / "run"
     shutil.copytree(f"{reference_run['root']}/simplified", root / "simplified")
-    again = simplify_stage(SAMPLE_SNAPSHOT, str(root), workers=0, progress=False)
+    again = simplify_stage(SAMPLE_SNAPSHOT, str(root), SimplifyStageConfig(workers=0), progress=False)
     assert (again.written, again.skipped) == (0, 4)
     assert again.summary["pages_out"] == SAMPLE_PAGES
     # The same root with another selection order would mix inputs: refused, not silently skipped.
     with pytest.raises(ShardInputsChanged, match="new --output root"):
-        simplify_stage(SAMPLE_SNAPSHOT, str(root), workers=0, seed=7, progress=False)
+        simplify_stage(SAMPLE_SNAPSHOT, str(root), SimplifyStageConfig(workers=0, seed=7), progress=False)
     with pytest.raises(ShardInputsChanged, match="new --output root"):
         simplify_shard(str(root), 0, [WARC_FILES[0], WARC_FILES[1]])
 
