@@ -4,8 +4,8 @@ and against a one-task reference DAG parsed the same way in the same run.
 Usage: ``.venv/bin/python bench/dag_parse.py [--rounds R]``
 
 Each parse runs in a fresh interpreter that has already imported ``airflow.sdk`` (as the DAG processor has),
-so the time is the DAG file's own: its imports (``_common``, ``_params``, ``dripper.airflow``) and building the
-DAG. The median of ``--rounds`` parses per file is printed with its ratio to the reference and to the
+so the time is the DAG file's own: its imports (``_common``, ``_params``, ``dripper.airflow``) and building
+the DAG. The median of ``--rounds`` parses per file is printed with its ratio to the reference and to the
 target, and the heavy libraries (torch, vLLM, datatrove, pandas, Dask, pyarrow, …) a file pulled in, which
 must be none. ``tests/dags/test_dagbag.py`` asserts the same with one parse per file.
 """

@@ -12,6 +12,7 @@ from typing import Any
 from airflow.sdk import BaseOperator
 
 from dripper.airflow.hooks import RunStorageHook
+from dripper.airflow.storage import DEFAULT_AWS_CONN_ID
 
 __all__ = [
     "DaskStageOperator",
@@ -20,7 +21,6 @@ __all__ = [
     "stage_report_dict",
     "utc_now",
 ]
-from dripper.airflow.storage import DEFAULT_AWS_CONN_ID
 
 SELECTION_FILE = "_selection.json"
 #: XCom key of the select task's summary (its return value is the list of batches).
@@ -79,7 +79,8 @@ class StorageOperator(BaseOperator):
         """``config`` (a stage config class) from this task's rendered values, validated by pydantic.
 
         A value the config refuses fails the task at once (a retry cannot fix it) with the message the CLI
-        gives for the same value. ``None`` (an empty form field, rendered natively) leaves the config's default.
+        gives for the same value. ``None`` (an empty form field, rendered natively) leaves the config's
+        default.
         """
         from airflow.sdk.exceptions import AirflowFailException
 
