@@ -1,8 +1,8 @@
 """The ``dripper`` command line.
 
 ``dripper extract --input PAGES --output OUT --labeler NAME`` runs the extraction pipeline over a JSONL(.gz)
-file of page records (``id``, ``html``, optional ``url``; the format of the bundled ``data/sample/pages.jsonl.gz``) or a
-single HTML file, writing one JSONL record per input page.
+file of page records (``id``, ``html``, optional ``url``; the format of the bundled
+``data/sample/pages.jsonl.gz``) or a single HTML file, writing one JSONL record per input page.
 
 ``dripper run simplify|extract …`` runs a data-plane stage over a run root (see ``dripper run --help``).
 """

@@ -114,7 +114,8 @@ def add_run_parser(commands) -> None:
     extract = stages.add_parser(
         "extract",
         help="ROOT/simplified/ → ROOT/extractors/{name}/extracted/ with an extractor spec",
-        description="Label the simplified pages of a run root and write {ROOT}/extracted/ (one row per page: the docs' data-plane page lists the columns).",
+        description="Label the simplified pages of a run root and write {ROOT}/extracted/ (one row per page; "
+        "the docs' data-plane page lists the columns).",
         epilog=EXTRACT_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -73,7 +73,6 @@ def simplify_batch(
 
     started = time.perf_counter()
     first, count = int(batch["first_shard"]), int(batch["shards"])
-    config = config.model_copy(update={"warcs_per_shard": plan.get("warcs_per_shard", 1)})
     shards = list(enumerate(plan["shards"][first : first + count], start=first))
     results, failures = simplify_shards(
         root, shards, config, storage_options, input_storage_options, force=force, progress=False,

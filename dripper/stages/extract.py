@@ -7,7 +7,7 @@ the rows written:
 
 =====================  ================================================================================
 ``doc_id``, ``url``    from the simplified row
-``markdown``,          the result (see ``dripper.types.ExtractResult``): main content as Markdown and as HTML, one boolean per
+``markdown``,          the ``ExtractResult``: main content as Markdown and as HTML, one boolean per
 ``main_html``,         block (null without labels), what produced it (``dripper:<labeler>``, the
 ``labels``,            fallback's name, or ``none``) and why the fallback ran (null on the normal path)
 ``extractor``,
@@ -69,7 +69,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 EXTRACTED_STAGE = "extracted"
-#: The extractor spec a root's ``extracted/`` was (or is being) made with.
 _CARRIED = ("warc_file", "warc_offset", "fetch_date", "content_type", "payload_digest", "encoding")
 
 
