@@ -81,11 +81,14 @@ def _stage_once(warc_files: list[str], **kwargs) -> int:
 
 
 def _extract_once(simplified_root: str) -> int:
+    from dripper.config.extract import ExtractStageConfig
     from dripper.stages.extract import extract_stage
 
     root = tempfile.mkdtemp(prefix="bench-dataplane-extract-")
     try:
-        report = extract_stage(simplified_root, root, labeler="cpu", progress=False, force=True)
+        report = extract_stage(
+            simplified_root, root, ExtractStageConfig(workers=0), progress=False, force=True
+        )
         return report.summary["pages_out"]
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -84,7 +84,7 @@ def templated(*names: str, **renamed: str) -> dict[str, str]:
 
 def stage_templates(config: Any, *names: str, **renamed: str) -> dict[str, str]:
     """Operator arguments rendered from a stage config's form fields (all, or ``names``): the argument is
-    the field's name, or ``renamed``'s (``stage_templates(ExtractStageConfig, workers="dask_workers")``)."""
+    the field's name, or ``renamed``'s (``stage_templates(RefineStageConfig, steps="refine_steps")``)."""
     fields = names or tuple(config.form_field_names())
     return {renamed.get(name, name): "{{ params." + config.form_name(name) + " }}" for name in fields}
 
@@ -93,7 +93,7 @@ def stage_templates(config: Any, *names: str, **renamed: str) -> dict[str, str]:
 STORAGE = templated("storage_root", "aws_conn_id")
 #: The Dask arguments of the simplify tasks.
 DASK = templated("dask_scheduler", "force") | stage_templates(
-    SimplifyStageConfig, "workers", "max_payload_bytes", "max_page_bytes", workers="dask_workers"
+    SimplifyStageConfig, "workers", "max_payload_bytes", "max_page_bytes"
 )
 
 
@@ -126,10 +126,10 @@ def simplified_selection(from_asset_event: bool = True) -> tuple[Any, Any, str]:
     return select, record, selection_root
 
 
-#: The extract task's arguments every corpus build shares (the labeler is the DAG's).
+#: The extract task's arguments every corpus build shares (the extractor is the DAG's).
 EXTRACT = (
     templated("dask_scheduler", "force")
-    | stage_templates(ExtractStageConfig, workers="dask_workers")
+    | stage_templates(ExtractStageConfig, "batch_size", "workers")
     | STORAGE
 )
 #: The refine task's arguments from the refinement params (and where it runs: here or on Slurm).

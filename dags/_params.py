@@ -3,7 +3,7 @@
 
 A stage's fields come from its config (``dripper.config.{simplify,extract,refine,tokenize,pretrain,
 evaluate,report}``: name, type, default, description, constraints), so the form, ``dripper run STAGE`` and
-the Python API cannot drift apart; only the fields no stage has (the crawl, the labeler or extractors, the
+the Python API cannot drift apart; only the fields no stage has (the crawl, the ablation's extractors, the
 storage root, the Dask scheduler) are written here. Imported by the DAG processor on every parse: the
 standard library, pydantic and ``airflow.sdk`` only.
 """
@@ -17,7 +17,6 @@ from airflow.sdk import Param
 
 from dripper.config.evaluate import EvaluateStageConfig
 from dripper.config.extract import ExtractStageConfig
-from dripper.config.extractor import LABELER_PATTERN
 from dripper.config.labelers import DEFAULT_LABELER, labeler_names
 from dripper.config.pretrain import PretrainStageConfig
 from dripper.config.refine import RefineStageConfig
@@ -49,8 +48,8 @@ _RESULT_NAME = r"^[A-Za-z0-9._-]+$"
 def corpus_build_params() -> dict[str, Param]:
     return {
         **selection_params(),
-        **labeler_params(),
-        **extract_task_params(),
+        **extractor_params(),
+        **stage_params(ExtractStageConfig, "batch_size", "workers"),
         **refinement_params(),
         **storage_params(),
         **compute_params(),
@@ -62,7 +61,7 @@ def extractor_ablation_params() -> dict[str, Param]:
     return {
         **selection_params(),
         **extractors_params(),
-        **extract_task_params(),
+        **stage_params(ExtractStageConfig, "batch_size", "workers"),
         **refinement_params(tokenizer_required=True),
         **training_params(),
         **stage_params(ReportStageConfig),
@@ -279,33 +278,15 @@ def selection_params() -> dict[str, Param]:
     }
 
 
-def labeler_params() -> dict[str, Param]:
-    """One labeler, its model and options (corpus_build)."""
-    return {
-        "labeler": Param(
-            default_labeler(),
-            type="string",
-            pattern=LABELER_PATTERN,
-            examples=labeler_names(),  # built in and installed plugins' (no labeler imported)
-            title="Labeler",
-            description=f"Registered labeler ({', '.join(labeler_names())}) or module:factory.",
-            section=EXTRACTION,
-        ),
-        "labeler_model": Param(
-            None,
-            type=["null", "string"],
-            title="Model",
-            description="The LM labelers' model: a local folder, or the served model name (openai).",
-            section=EXTRACTION,
-        ),
-        "labeler_options": Param(
-            {},
-            type="object",
-            title="Labeler options",
-            description='More keyword options of the labeler, e.g. {"max_model_len": 32768}.',
-            section=EXTRACTION,
-        ),
-    }
+def extractor_params() -> dict[str, Param]:
+    """One extractor spec (corpus_build): the extract config's field, proposing the registered labelers."""
+    fields = ExtractStageConfig.form_fields(["extractor"])
+    field = fields["extractor"]
+    field["examples"] = labeler_names()  # built in and installed plugins' (no labeler imported)
+    field["description"] = (
+        f"Labelers: {', '.join(labeler_names())}, or module:factory. " + field["description"]
+    )
+    return _params(fields)
 
 
 def extractors_params() -> dict[str, Param]:
@@ -327,11 +308,6 @@ def extractors_params() -> dict[str, Param]:
             section=EXTRACTION,
         ),
     }
-
-
-def extract_task_params() -> dict[str, Param]:
-    """How the extract task runs the labeler: its fallback, batch size and processes."""
-    return stage_params(ExtractStageConfig)
 
 
 def refinement_params(tokenizer_required: bool = False) -> dict[str, Param]:

@@ -1,6 +1,6 @@
 """corpus_build: Common Crawl WARC files → simplified pages → extracted Markdown → refined corpus → tokens.
 
-Started from the UI's trigger form (crawl, how many WARC files, labeler, storage, Dask, refinement), or by
+Started from the UI's trigger form (crawl, how many WARC files, extractor, storage, Dask, refinement), or by
 ``cc_snapshot_refresh``'s crawl-manifest asset (the new crawl replaces the form's crawl id). Tasks:
 
     select_warcs → simplify (mapped over batches of WARC files) → record_simplify → extract → refine
@@ -25,13 +25,14 @@ from _common import (
     TOKENIZE,
     selection_xcom,
     simplified_selection,
-    templated,
+    stage_templates,
     xcom,
 )
 from _params import corpus_build_params
 from airflow.sdk import DAG
 
 from dripper.airflow.stages import ExtractOperator, PublishCorpusOperator, RefineOperator, TokenizeOperator
+from dripper.config.extract import ExtractStageConfig
 
 with DAG(
     dag_id="corpus_build",
@@ -50,7 +51,7 @@ with DAG(
     extract = ExtractOperator(
         task_id="extract",
         input_root=selection_root,
-        **templated("labeler", "labeler_model", "labeler_options"),
+        **stage_templates(ExtractStageConfig, "extractor"),
         **EXTRACT,
     )
     run_root = xcom("extract", "output_root")

@@ -158,11 +158,12 @@ def _done_ids(path: Path) -> tuple[set[str], int]:
 
 def run_extract(args: argparse.Namespace) -> int:
     from dripper.cli_run import extractor_from_arguments
+    from dripper.config.extract import ExtractStageConfig
+    from dripper.config.extractor import check_labeler_options
     from dripper.pipeline import ExtractOptions, Extractor
 
-    spec = extractor_from_arguments(
-        args, None if args.fallback == "none" else args.fallback, args.fallback_on_empty
-    )
+    spec = ExtractStageConfig.parse(extractor=extractor_from_arguments(args)).extractor
+    check_labeler_options([spec])  # a clear message before any engine starts
     options = ExtractOptions(batch_size=args.batch_size, max_page_bytes=args.max_page_bytes)
     source = PageSource(Path(args.input))
     to_stdout = args.output == "-"
@@ -285,7 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     extract.add_argument("--output", required=True, help="output JSONL(.gz) path, or - for stdout")
     add_extractor_arguments(extract)
-    ExtractStageConfig.add_arguments(extract, ["fallback", "fallback_on_empty", "batch_size"])
+    ExtractStageConfig.add_arguments(extract, ["batch_size"])
     extract.add_argument(
         "--format", default="json", choices=OUTPUT_FORMATS, help="which content fields to write"
     )

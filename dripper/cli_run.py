@@ -51,7 +51,7 @@ it, so a larger --warc-count keeps the shard numbers of a smaller one.
 examples:
   dripper run simplify --input snapshot:CC-MAIN-SAMPLE@data/sample --output runs/sample --workers 2
   dripper run simplify --input snapshot:CC-MAIN-2025-13 --warc-count 10 --output s3://my-bucket/run \\
-      --storage-option endpoint_url=http://127.0.0.1:9000 --scheduler tcp://10.0.0.5:8786
+      --storage-option endpoint_url=http://127.0.0.1:9000 --dask-scheduler tcp://10.0.0.5:8786
 """
 
 EXTRACT_EPILOG = """--labeler takes a registered name or an import path module:factory (a BlockLabeler factory).
@@ -68,7 +68,7 @@ examples:
 
 def _add_common_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--scheduler", default=None, help="address of an existing Dask scheduler (tcp://host:8786)"
+        "--dask-scheduler", default=None, help="address of an existing Dask scheduler (tcp://host:8786)"
     )
     parser.add_argument(
         "--storage-option",
@@ -126,48 +126,67 @@ def add_run_parser(commands) -> None:
         help="the extractor's folder, holding extracted/ (default: ROOT/extractors/{extractor name})",
     )
     add_extractor_arguments(extract)
-    ExtractStageConfig.add_arguments(extract)
+    ExtractStageConfig.add_arguments(extract, skip=["extractor"])
     _add_common_run_options(extract)
     extract.set_defaults(handler=run_extract_stage)
     add_later_stages(stages)
 
 
 def add_extractor_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--labeler``, ``--labeler-option`` and ``--extractor``: how ``dripper extract`` and ``dripper run
-    extract`` name what extracts (read back by :func:`extractor_from_arguments`)."""
+    """How ``dripper extract`` and ``dripper run extract`` name what extracts: ``--extractor SPEC`` (the
+    extract config's ``extractor``), or the spec's fields one by one (``--labeler``, ``--labeler-option``,
+    ``--fallback``, ``--fallback-on-empty``); read back by :func:`extractor_from_arguments`."""
+    from dripper.config.extract import ExtractStageConfig
     from dripper.labelers.base import DEFAULT_LABELER
 
-    parser.add_argument(
-        "--labeler",
-        default=DEFAULT_LABELER,
-        help=f"labeler name or module:factory (default {DEFAULT_LABELER})",
-    )
-    parser.add_argument(
-        "--labeler-option", action="append", metavar="KEY=VALUE", help="labeler build option, repeatable"
-    )
     parser.add_argument(
         "--extractor",
         default=None,
         metavar="SPEC",
-        help="an extractor spec instead of --labeler/--labeler-option/--fallback*: NAME=LABELER,key=value,… "
-        "(e.g. v10=vllm,model=/models/MinerU-HTML,answer_format=json) or JSON, a cascade included: "
-        '{"name": "casc", "labeler": "cpu", "route": {"labeler": "vllm", "options": {"model": "/m"}, '
-        '"share": 0.3}}',
+        help=ExtractStageConfig.model_fields["extractor"].description
+        + " (instead of --labeler/--labeler-option/--fallback*)",
+    )
+    parser.add_argument(
+        "--labeler",
+        default=DEFAULT_LABELER,
+        help=f"the spec's labeler: a name or module:factory (default {DEFAULT_LABELER})",
+    )
+    parser.add_argument(
+        "--labeler-option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="the spec's labeler options, repeatable",
+    )
+    parser.add_argument(
+        "--fallback",
+        default=None,
+        choices=("trafilatura", "empty", "none"),
+        help="the spec's fallback, for pages the labeler cannot label (default: trafilatura)",
+    )
+    parser.add_argument(
+        "--fallback-on-empty",
+        action="store_true",
+        default=None,
+        help="the spec's fallback_on_empty: also fall back when no block is labelled main content",
     )
 
 
-def extractor_from_arguments(args: argparse.Namespace, fallback: Any, fallback_on_empty: bool) -> Any:
-    """The extractor spec the arguments of :func:`add_extractor_arguments` name, parsed and checked (the
-    labelers exist and take their options: nothing is built)."""
-    from dripper.config.extractor import check_labeler_options
-    from dripper.runs.corpus import extractor_spec
+def extractor_from_arguments(args: argparse.Namespace) -> Any:
+    """The extractor the arguments of :func:`add_extractor_arguments` name: ``--extractor``'s text (the
+    extract config parses it, with the message the Airflow task gives), or the spec built from the fields."""
+    from dripper.config.extractor import DEFAULT_FALLBACK, labeler_spec
 
-    if args.extractor and args.labeler_option:
-        raise ValueError("give --extractor or --labeler/--labeler-option, not both")
-    options = None if args.extractor else parse_key_values(args.labeler_option, "--labeler-option")
-    spec = extractor_spec(args.extractor, args.labeler, options, fallback, fallback_on_empty)
-    check_labeler_options([spec])
-    return spec
+    fields = [args.labeler_option, args.fallback, args.fallback_on_empty]
+    if args.extractor and any(field is not None for field in fields):
+        raise ValueError(
+            "give --extractor or --labeler/--labeler-option/--fallback/--fallback-on-empty, not both "
+            "(a spec carries them: NAME=LABELER,key=value,fallback=none,fallback_on_empty=true)"
+        )
+    if args.extractor:
+        return args.extractor
+    options = parse_key_values(args.labeler_option, "--labeler-option")
+    fallback = args.fallback or DEFAULT_FALLBACK
+    return labeler_spec(args.labeler, options, fallback, bool(args.fallback_on_empty))
 
 
 STAGE_EPILOG = """The extractor's folder is ROOT/extractors/{name} (dripper.layout), as extract and the DAGs
@@ -449,7 +468,7 @@ def run_simplify_stage(args: argparse.Namespace) -> int:
         args.input,
         args.output,
         stage,
-        scheduler=args.scheduler,
+        scheduler=args.dask_scheduler,
         storage_options=storage_options or None,
         input_storage_options=input_options,
         force=args.force,
@@ -461,21 +480,18 @@ def run_simplify_stage(args: argparse.Namespace) -> int:
 
 def run_extract_stage(args: argparse.Namespace) -> int:
     from dripper.config.extract import ExtractStageConfig
-    from dripper.stages.extractor import extract_with_spec
+    from dripper.stages.extractor import run_extractor
 
     progress = _configure_run_logging(args.quiet)
-    stage = ExtractStageConfig.from_arguments(args)
+    stage = ExtractStageConfig.from_arguments(args, extractor=extractor_from_arguments(args))
     storage_options = parse_key_values(args.storage_option, "--storage-option") or None
-    spec = extractor_from_arguments(args, stage.fallback, stage.fallback_on_empty)
-    report = extract_with_spec(
+    report = run_extractor(
         args.input,
-        spec,
+        stage,
         args.output,
-        batch_size=stage.batch_size,
         storage_options=storage_options,
         force=args.force,
-        workers=stage.workers,
-        scheduler=args.scheduler,
+        scheduler=args.dask_scheduler,
         progress=progress,
         raise_on_failure=False,
     )

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dripper.config.extract import ExtractStageConfig
+from dripper.config.extractor import DEFAULT_FALLBACK
 from dripper.config.simplify import SimplifyStageConfig
 from dripper.decode import decode_html
 from dripper.fallback import Fallback, build_fallback
@@ -52,8 +53,8 @@ class ExtractOptions:
         markdown: Markdown conversion options.
     """
 
-    fallback: str | None = ExtractStageConfig.default("fallback")
-    fallback_on_empty: bool = ExtractStageConfig.default("fallback_on_empty")
+    fallback: str | None = DEFAULT_FALLBACK
+    fallback_on_empty: bool = False
     max_page_bytes: int = SimplifyStageConfig.default("max_page_bytes")
     batch_size: int = ExtractStageConfig.default("batch_size")
     simplify: SimplifyOptions = field(default_factory=SimplifyOptions)

@@ -299,7 +299,7 @@ def run_conf(env: dict[str, str], labeler: str, tokenizer: str) -> dict[str, Any
         "warc_fraction": None,
         "seed": 0,
         "warcs_per_task": 2,
-        "labeler": labeler,
+        "extractor": labeler,
         "storage_root": env["DRIPPER_RUN_ROOT"],
         "dask_scheduler": None,
         "simplify_workers": 1,
@@ -350,7 +350,7 @@ def print_result(api: Api, run_id: str, env: dict[str, str], elapsed: float) -> 
     tokens = summary.get("tokens_summary") or {}
     view = {
         "crawl": summary["crawl_id"],
-        "labeler": summary["parameters"].get("labeler"),
+        "extractor": summary["parameters"].get("extractor"),
         "pages_simplified": stages.get("simplified", {}).get("pages_out"),
         "pages_dropped_by_reason": stages.get("simplified", {}).get("dropped"),
         "pages_extracted": stages.get("extracted", {}).get("pages_out"),

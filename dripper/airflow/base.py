@@ -16,6 +16,7 @@ from dripper.airflow.storage import DEFAULT_AWS_CONN_ID
 
 __all__ = [
     "DaskStageOperator",
+    "StageConfigMixin",
     "StorageOperator",
     "spawn_without_airflow_main",
     "stage_report_dict",
@@ -62,18 +63,8 @@ def stage_report_dict(report: Any) -> dict[str, Any]:
     return stage_report_dict(report)
 
 
-class StorageOperator(BaseOperator):
-    """Base of the operators that read or write under a storage root with ``aws_conn_id``'s credentials."""
-
-    ui_color = "#e8f1fb"
-
-    def __init__(self, *, storage_root: str | None = None, aws_conn_id: str = DEFAULT_AWS_CONN_ID, **kwargs):
-        super().__init__(**kwargs)
-        self.storage_root = storage_root
-        self.aws_conn_id = aws_conn_id
-
-    def hook(self, root: str | None = None) -> RunStorageHook:
-        return RunStorageHook(root or self.storage_root, self.aws_conn_id)
+class StageConfigMixin:
+    """``stage_config``: a task's rendered values as its stage's typed config."""
 
     def stage_config(self, config: type[Any], **values: Any) -> Any:
         """``config`` (a stage config class) from this task's rendered values, validated by pydantic.
@@ -93,17 +84,26 @@ class StorageOperator(BaseOperator):
             raise AirflowFailException(str(error)) from None
 
 
-class DaskStageOperator(StorageOperator):
-    """A stage on Dask: the scheduler at ``dask_scheduler``, else a LocalCluster of ``dask_workers``
-    processes started by the task (``0``: in the task's process; ``None``: one per core)."""
+class StorageOperator(StageConfigMixin, BaseOperator):
+    """Base of the operators that read or write under a storage root with ``aws_conn_id``'s credentials."""
 
-    def __init__(self, *, dask_scheduler: Any = None, dask_workers: Any = None, force: Any = False, **kwargs):
+    ui_color = "#e8f1fb"
+
+    def __init__(self, *, storage_root: str | None = None, aws_conn_id: str = DEFAULT_AWS_CONN_ID, **kwargs):
+        super().__init__(**kwargs)
+        self.storage_root = storage_root
+        self.aws_conn_id = aws_conn_id
+
+    def hook(self, root: str | None = None) -> RunStorageHook:
+        return RunStorageHook(root or self.storage_root, self.aws_conn_id)
+
+
+class DaskStageOperator(StorageOperator):
+    """A stage on Dask: the scheduler at ``dask_scheduler``, else a LocalCluster of ``workers`` processes
+    started by the task (the stage config's ``workers``; ``0``: in the task's process)."""
+
+    def __init__(self, *, dask_scheduler: Any = None, workers: Any = None, force: Any = False, **kwargs):
         super().__init__(**kwargs)
         self.dask_scheduler = dask_scheduler
-        self.dask_workers = dask_workers
+        self.workers = workers
         self.force = force
-
-    def dask_arguments(self, workers: int | None) -> dict[str, Any]:
-        """The stage's ``scheduler``/``workers`` arguments; ``workers``: the stage config's (validated)."""
-        scheduler = self.dask_scheduler or None
-        return {"scheduler": scheduler, "workers": None if scheduler else workers}

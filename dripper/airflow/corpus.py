@@ -24,7 +24,8 @@ from dripper.config.simplify import SimplifyStageConfig
 from dripper.config.tokenize import TokenizeStageConfig
 
 # The stage configs' defaults (one default per field: dripper.config).
-_SIMPLIFY, _EXTRACT = SimplifyStageConfig(), ExtractStageConfig()
+_SIMPLIFY = SimplifyStageConfig()
+_EXTRACTOR, _EXTRACT_BATCH = ExtractStageConfig.default("extractor"), ExtractStageConfig.default("batch_size")
 _REFINE, _TOKENIZE = RefineStageConfig(), TokenizeStageConfig()
 
 
@@ -40,7 +41,7 @@ class SimplifyBatchOperator(DaskStageOperator):
         "selection_root",
         "batch",
         "dask_scheduler",
-        "dask_workers",
+        "workers",
         "max_payload_bytes",
         "max_page_bytes",
         "force",
@@ -69,7 +70,7 @@ class SimplifyBatchOperator(DaskStageOperator):
             SimplifyStageConfig,
             max_payload_bytes=self.max_payload_bytes,
             max_page_bytes=self.max_page_bytes,
-            workers=self.dask_workers,
+            workers=self.workers,
         )
         root = self.selection_root or self.batch["selection_root"]
         hook = self.hook(root)
@@ -100,111 +101,67 @@ class RecordSimplifyOperator(StorageOperator):
         return record_simplify_batches(root, self.batch_results or [], self.hook(root).storage_options)
 
 
-def labeler_options_with_model(labeler_options: Any, model: Any) -> dict[str, Any]:
-    """``labeler_options`` plus ``model`` when one is given."""
-    options = dict(labeler_options or {})
-    if model:
-        options["model"] = model
-    return options
-
-
 class ExtractOperator(DaskStageOperator):
     """Run the extract stage: ``{input_root}/simplified/`` → ``{output_root}/extracted/`` with one extractor.
 
-    The extractor is ``extractor`` (a spec: ``dripper.config.extractor``, as a dict or its shorthand
-    ``NAME=LABELER,key=value``), or else built from ``labeler``, ``labeler_model``, ``labeler_options``,
-    ``fallback`` and ``fallback_on_empty`` with a name derived from them (``labeler_spec``, as ``dripper run extract`` names it). Its folder,
-    unless ``output_root`` is given, is ``{input_root}/extractors/{name}``; the spec is recorded there and
-    a folder holding another spec is refused (unless ``force``). Returns the stage report (counts,
-    fallbacks by reason), ``output_root``, the extractor's name, labeler and spec.
+    ``extractor``, ``batch_size`` and ``workers`` are the extract config's fields
+    (:class:`~dripper.config.extract.ExtractStageConfig`; ``extractor``: a spec, as a dict or its shorthand
+    ``NAME=LABELER,key=value``), validated in the task. The extractor's folder, unless ``output_root`` is
+    given, is ``{input_root}/extractors/{name}``; the spec is recorded there and a folder holding another
+    spec is refused (unless ``force``). Returns the stage report (counts, fallbacks by reason),
+    ``output_root``, the extractor's name, labeler and spec.
     """
 
     template_fields: Sequence[str] = (
-        "input_root",
-        "output_root",
-        "extractor",
-        "labeler",
-        "labeler_model",
-        "labeler_options",
-        "fallback",
-        "fallback_on_empty",
-        "batch_size",
-        "dask_scheduler",
-        "dask_workers",
-        "force",
+        "input_root", "output_root", "extractor", "batch_size", "dask_scheduler", "workers", "force",
         "aws_conn_id",
-    )
+    )  # fmt: skip
 
     def __init__(
         self,
         *,
         input_root: str,
-        extractor: Any = None,
-        labeler: Any = None,
+        extractor: Any = _EXTRACTOR,
         output_root: str | None = None,
-        labeler_model: Any = None,
-        labeler_options: Any = None,
-        fallback: Any = _EXTRACT.fallback,
-        fallback_on_empty: Any = _EXTRACT.fallback_on_empty,
-        batch_size: Any = _EXTRACT.batch_size,
+        batch_size: Any = _EXTRACT_BATCH,
         **kwargs,
     ):
         super().__init__(**kwargs)
-        if extractor is None and labeler is None:
-            raise ValueError("ExtractOperator needs an extractor spec or a labeler")
         self.input_root = input_root
         self.output_root = output_root
         self.extractor = extractor
-        self.labeler = labeler
-        self.labeler_model = labeler_model
-        self.labeler_options = labeler_options
-        self.fallback = fallback
-        self.fallback_on_empty = fallback_on_empty
         self.batch_size = batch_size
 
-    def spec(self) -> Any:
-        """The extractor spec this task runs (validated; errors name the extractor and the field)."""
-        from dripper.config.extractor import check_labeler_options
-        from dripper.runs.corpus import extractor_spec
-
-        options = labeler_options_with_model(self.labeler_options, self.labeler_model)
-        spec = extractor_spec(self.extractor, self.labeler, options, self.fallback, self.fallback_on_empty)
-        check_labeler_options([spec])
-        return spec
+    def config(self) -> ExtractStageConfig:
+        """The extract config from the rendered values: the spec is parsed here, once."""
+        return self.stage_config(
+            ExtractStageConfig, extractor=self.extractor, batch_size=self.batch_size, workers=self.workers
+        )
 
     def execute(self, context: Any) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowFailException
 
-        from dripper.config.extractor import ExtractorSpecError
-        from dripper.stages.extractor import extract_with_spec
+        from dripper.stages.extractor import run_extractor
 
-        config = self.stage_config(
-            ExtractStageConfig,
-            batch_size=self.batch_size,
-            workers=self.dask_workers,
-            fallback=self.fallback,
-            fallback_on_empty=self.fallback_on_empty,
-        )
-        try:
-            spec = self.spec()
-        except ExtractorSpecError as error:
-            raise AirflowFailException(str(error)) from None  # a retry cannot fix a bad spec
+        config = self.config()
+        spec = config.extractor
         output_root = self.output_root or RunStorageHook.extractor_root(self.input_root, spec.name)
         hook = self.hook(self.input_root)
         self.log.info("extractor %s → %s", spec.describe(), output_root)
         with spawn_without_airflow_main():
             try:
-                report = extract_with_spec(
+                report = run_extractor(
                     self.input_root,
-                    spec,
+                    config,  # its workers are ignored with a scheduler
                     output_root,
-                    batch_size=config.batch_size,
                     storage_options=hook.storage_options,
                     force=bool(self.force),
                     progress=False,
-                    **self.dask_arguments(config.workers),
+                    scheduler=self.dask_scheduler or None,
                 )
-            except ValueError as error:  # another spec in this folder: a retry cannot fix it
+            except (
+                ValueError
+            ) as error:  # a bad labeler option, another spec in this folder: no retry fixes it
                 raise AirflowFailException(str(error)) from None
         return {
             **stage_report_dict(report),

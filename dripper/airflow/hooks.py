@@ -26,7 +26,7 @@ from typing import Any
 from dripper.airflow.storage import DEFAULT_AWS_CONN_ID, storage_options_for
 from dripper.config.extractor import slug
 
-__all__ = ["RunStorageHook", "extractor_key", "slug"]
+__all__ = ["RunStorageHook", "slug"]
 
 
 def __getattr__(name: str) -> Any:
@@ -35,19 +35,6 @@ def __getattr__(name: str) -> Any:
 
         return selection_key
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def extractor_key(
-    labeler: str,
-    labeler_options: dict[str, Any] | None = None,
-    fallback: str | None = "trafilatura",
-    fallback_on_empty: bool = False,
-) -> str:
-    """The folder name of an extractor given by its fields (:func:`dripper.config.extractor.labeler_spec`:
-    the CLI names it the same way)."""
-    from dripper.config.extractor import labeler_spec
-
-    return labeler_spec(labeler, labeler_options, fallback, fallback_on_empty).name
 
 
 class RunStorageHook:

@@ -10,8 +10,10 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
+from dripper.airflow.base import StageConfigMixin
 from dripper.airflow.hooks import RunStorageHook
 from dripper.airflow.storage import DEFAULT_AWS_CONN_ID
+from dripper.config.evaluate import EvaluateStageConfig
 from dripper.config.pretrain import PretrainStageConfig
 
 _PRETRAIN = PretrainStageConfig()
@@ -19,7 +21,7 @@ _PRETRAIN = PretrainStageConfig()
 # -- long jobs in their own processes ----------------------------------------------------------------------
 
 
-class ModuleJobOperator(BaseOperator):
+class ModuleJobOperator(StageConfigMixin, BaseOperator):
     """Run ``python -m {module} {arguments…}`` in a process of its own (training, evaluation, benchmarks).
 
     The job's output streams into the task log; killing the task terminates the process. A module that is
@@ -227,7 +229,7 @@ class PretrainOperator(ModuleJobOperator):
             self.tokens["tokens"] if isinstance(self.tokens, dict) else self.tokens, "tokens folder"
         )
         root = os.path.dirname(tokens.rstrip("/"))
-        return pretrain_job(self.stage_config(), root, tokens, str(self.tokenizer), self.run_name)
+        return pretrain_job(self.config(), root, tokens, str(self.tokenizer), self.run_name)
 
     def execute_slurm_complete(self, context: Any, event: dict[str, Any], **job: Any) -> dict[str, Any]:
         """Resumed when the Slurm training job ended: fail with its log tail, or export as locally."""
@@ -242,23 +244,17 @@ class PretrainOperator(ModuleJobOperator):
         on_kill_cancel(self)
         super().on_kill()
 
-    def stage_config(self) -> PretrainStageConfig:
+    def config(self) -> PretrainStageConfig:
         """The rendered fields as a :class:`~dripper.config.pretrain.PretrainStageConfig` (checked)."""
-        from airflow.sdk.exceptions import AirflowFailException
-
-        from dripper.config.settings import StageConfigError
-
-        try:
-            return PretrainStageConfig.parse(
-                model=self.model,
-                train_steps=self.train_steps,
-                eval_every=self.eval_every,
-                device=self.device,
-                nproc=self.nproc,
-                arguments=[str(argument) for argument in self.extra_arguments or ()],
-            )
-        except StageConfigError as error:
-            raise AirflowFailException(f"{self.task_id}: {error}") from None
+        return self.stage_config(
+            PretrainStageConfig,
+            model=self.model,
+            train_steps=self.train_steps,
+            eval_every=self.eval_every,
+            device=self.device,
+            nproc=self.nproc,
+            arguments=[str(argument) for argument in self.extra_arguments or ()],
+        )
 
     def _export(self, context: Any, job: Any, train: Any) -> dict[str, Any]:
         from dripper.runs.jobs import pretrain_result
@@ -387,6 +383,17 @@ class EvaluateOperator(ModuleJobOperator):
         self.run_on = run_on
         self.slurm = slurm
 
+    def config(self) -> EvaluateStageConfig:
+        """The rendered fields as an :class:`~dripper.config.evaluate.EvaluateStageConfig` (checked)."""
+        return self.stage_config(
+            EvaluateStageConfig,
+            suite=self.suite,
+            device=self.device,
+            limit=self.limit,
+            fixtures=self.fixtures,
+            arguments=[str(argument) for argument in self.extra_arguments or ()],
+        )
+
     def execute_slurm_complete(self, context: Any, event: dict[str, Any], **job: Any) -> dict[str, Any]:
         """Resumed when the Slurm evaluation job ended: fail with its log tail, or collect the scores."""
         return self.execute(context, slurm_event=event)
@@ -406,13 +413,14 @@ class EvaluateOperator(ModuleJobOperator):
             from airflow.sdk.exceptions import AirflowFailException
 
             raise AirflowFailException(f"{self.task_id}: run_on={self.run_on!r}: use 'local' or 'slurm'")
+        config = self.config()
         run_dir = _local_dir(self.model["run_dir"], "model run")
         run = os.path.basename(run_dir.rstrip("/"))
         models = list(self.model.get("checkpoints") or []) or [self.model["hf_dir"]]
         folders = EvaluationFolders.of(self.model["root"], run)
         os.makedirs(folders.checkpoints, exist_ok=True)
-        self.arguments = suite_arguments(models, self.suite, folders.checkpoints, self.device, self.limit,
-                                         self.fixtures, self.extra_arguments)  # fmt: skip
+        self.arguments = suite_arguments(models, config.suite, folders.checkpoints, config.device, config.limit,
+                                         config.fixtures, config.arguments)  # fmt: skip
         if self.run_on == "slurm" and slurm_event is None:
             from dripper.airflow.slurm import submit_module_job
 

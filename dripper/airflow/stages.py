@@ -20,7 +20,7 @@ RecordKnownCrawlsOperator     ``record_known_crawls`` into the known-crawls stat
 SelectWarcsOperator           ``dripper.stages.selection.plan_selection``; writes ``_selection.json``
 SimplifyBatchOperator         ``dripper.runs.corpus.simplify_batch`` (``simplify_shards`` on Dask)
 RecordSimplifyOperator        ``record_simplify_batches`` once every batch is done
-ExtractOperator               ``extractor_spec`` + ``extract_with_spec``
+ExtractOperator               ``ExtractStageConfig`` + ``run_extractor``
 RefineOperator                ``run_refine`` with ``refine_config`` (no tokenize), ``refine_result``
 SlurmRefineOperator           the same through datatrove's ``SlurmPipelineExecutor``, awaited in the triggerer
 TokenizeOperator              ``tokenize_extractor`` (``tokenize_corpus``: the refine step's writer)
@@ -52,7 +52,6 @@ from dripper.airflow.corpus import (
     SimplifyBatchOperator,
     SlurmRefineOperator,
     TokenizeOperator,
-    labeler_options_with_model,
 )
 from dripper.airflow.jobs import (
     AblationReportOperator,
@@ -92,7 +91,6 @@ __all__ = [
     "SlurmRefineOperator",
     "TokenizeOperator",
     "WriteCrawlManifestOperator",
-    "labeler_options_with_model",
     "spawn_without_airflow_main",
     "stage_report_dict",
 ]

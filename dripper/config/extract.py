@@ -1,29 +1,44 @@
-"""The extract stage's config: pages per labeler call, labeler processes, the fallback."""
+"""The extract stage's config: the extractor spec, pages per labeler call, labeler processes."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any
 
+from pydantic import WithJsonSchema, field_validator
+
+from dripper.config.extractor import DEFAULT_FALLBACK, ExtractorSpec, parse_extractor
+from dripper.config.labelers import DEFAULT_LABELER
 from dripper.config.settings import StageConfig, setting
 
-#: The extractor for pages the labeler cannot label.
-DEFAULT_FALLBACK = "trafilatura"
+__all__ = ["DEFAULT_FALLBACK", "ExtractStageConfig"]
 
 
 class ExtractStageConfig(StageConfig):
     """``{root}/simplified/`` → ``{root}/extractors/{name}/extracted/``.
 
     Attributes:
+        extractor: The extractor spec (:mod:`dripper.config.extractor`): its labeler, options, fallback and
+            route; given as a spec, a mapping, a labeler name (``cpu``) or ``NAME=LABELER,key=value,…``.
         batch_size: Pages per labeler call (and per parquet row group).
         workers: Processes, each with its own labeler (``0``: in the calling process).
-        fallback: Extractor for pages the labeler cannot label (``none``: leave them empty).
-        fallback_on_empty: Also fall back when no block is labelled main content.
     """
 
     stage = "extract"
     form_prefix = "extract_"
     form_section = "Extraction"
 
+    # The form and the CLI take the spec's text form; the config holds it parsed (validate_default).
+    extractor: Annotated[ExtractorSpec, WithJsonSchema({"type": "string", "minLength": 1})] = setting(
+        DEFAULT_LABELER,
+        "The extractor: a labeler name (cpu, trafilatura), NAME=LABELER,key=value,… (e.g. "
+        "v11=vllm,model=/models/MinerU-HTML-v1.1, also fallback=empty|none, fallback_on_empty=true) or JSON, "
+        'a cascade included: {"name": "casc", "labeler": "cpu", "route": {"labeler": "vllm", "options": '
+        '{"model": "/models/x"}, "share": 0.3}}; its name names the extractor\'s folder',
+        title="Extractor",
+        prefixed=False,
+        env="DRIPPER_LABELER",
+        validate_default=True,
+    )
     batch_size: int = setting(64, "Pages per labeler call", title="Pages per labeler call", ge=1)
     workers: int = setting(
         1,
@@ -34,15 +49,9 @@ class ExtractStageConfig(StageConfig):
         ge=0,
         le=256,
     )
-    fallback: Literal["trafilatura", "empty", "none"] = setting(
-        DEFAULT_FALLBACK,
-        "Extractor for pages the labeler cannot label (none: leave them empty)",
-        title="Fallback",
-        prefixed=False,
-    )
-    fallback_on_empty: bool = setting(
-        False,
-        "Also use the fallback when no block is labelled main content",
-        title="Fall back on empty output",
-        prefixed=False,
-    )
+
+    @field_validator("extractor", mode="before")
+    @classmethod
+    def _parse_spec(cls, value: Any) -> Any:
+        # Structure only (no labeler imported): the labeler's option names are checked where a run starts.
+        return parse_extractor(value)

@@ -31,12 +31,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from dripper.config.extract import DEFAULT_FALLBACK
 from dripper.config.settings import parse_value
 from dripper.hints import did_you_mean
 
 __all__ = [
     "ANSWER_FORMATS",
+    "DEFAULT_FALLBACK",
     "labeler_spec",
     "LM_LABELERS",
     "ExtractorSpec",
@@ -54,6 +54,8 @@ LM_LABELERS = ("vllm", "torch", "openai")
 ANSWER_FORMATS = ("compact", "json")
 #: Options each LM labeler cannot run without.
 _REQUIRED_OPTIONS = {"vllm": ("model",), "torch": ("model",), "openai": ("model", "base_url")}
+#: The extractor for pages the labeler cannot label.
+DEFAULT_FALLBACK = "trafilatura"
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 LABELER_PATTERN = r"^[A-Za-z0-9_.]+(:[A-Za-z0-9_.]+)?$"
 

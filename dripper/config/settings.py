@@ -207,7 +207,9 @@ def _problem(error: Mapping[str, Any]) -> str:
     """
     message = str(error["msg"]).removeprefix("Value error, ")
     field = ".".join(str(part) for part in error["loc"])
-    return f"{field}: {message}" if field else message
+    if not field or message.startswith(f"{field} "):  # a cross-field rule, or a message naming its field
+        return message
+    return f"{field}: {message}"
 
 
 def _types(schema: Mapping[str, Any]) -> set[str]:

@@ -17,7 +17,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "build_summary",
-    "extractor_spec",
     "record_simplify_batches",
     "refine_config",
     "refine_result",
@@ -123,26 +122,6 @@ def record_simplify_batches(
             "rerun the failed simplify tasks"
         )
     return stage_report_dict(report)
-
-
-# -- extract -----------------------------------------------------------------------------------------------
-
-
-def extractor_spec(
-    extractor: Any = None,
-    labeler: Any = None,
-    labeler_options: dict[str, Any] | None = None,
-    fallback: Any = None,
-    fallback_on_empty: bool = False,
-) -> Any:
-    """The extractor spec of an extract run: ``extractor`` (a spec, as a dict or ``NAME=LABELER,k=v``), or
-    else one built from the labeler's fields, named as :func:`~dripper.config.extractor.labeler_spec`
-    names it."""
-    from dripper.config.extractor import labeler_spec, parse_extractor
-
-    if extractor:
-        return parse_extractor(extractor)
-    return labeler_spec(str(labeler), dict(labeler_options or {}), fallback, bool(fallback_on_empty))
 
 
 # -- refine and tokenize -----------------------------------------------------------------------------------

@@ -4,7 +4,9 @@ Every stage follows the contract of :mod:`dripper.stages.shards`. Submodules imp
 dependencies (pyarrow, Dask, labelers) only when used; the names below load their module on first access.
 
 - :func:`simplify_stage`: WARC files → ``{root}/simplified/`` (Dask ``LocalCluster`` or a scheduler);
-- :func:`extract_stage`: ``{root}/simplified/`` → ``{root}/extracted/`` with a labeler chosen by name;
+- :func:`extract_stage`: ``{root}/simplified/`` → ``{root}/extracted/`` with the extractor spec of an
+  :class:`~dripper.config.extract.ExtractStageConfig`; :func:`run_extractor` places it in the run layout
+  (``{root}/extractors/{name}/``) and runs cascades;
 - :func:`run_shard_tasks`, :func:`run_streaming_shard`: how shards are run and published;
 - :mod:`.selection`: crawl state and WARC selection plans, imported from its module.
 
@@ -43,14 +45,14 @@ _EXPORTS = {
     "simplify_shards": "simplify",
     "simplify_stage": "simplify",
     "EXTRACTED_STAGE": "extract",
-    "ExtractStageOptions": "extract",
     "build_stage_labeler": "extract",
     "extract_shard": "extract",
+    "extract_shards": "extract",
     "extract_stage": "extract",
     "extracted_schema": "extract",
     "read_simplified_items": "extract",
     "EXTRACTOR_FILE": "extractor",
-    "extract_with_spec": "extractor",
+    "run_extractor": "extractor",
     "record_extractor": "extractor",
 }
 

@@ -33,14 +33,14 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from dripper.config.extract import ExtractStageConfig
 from dripper.io.storage import filesystem_for, join_path
 from dripper.stages.extract import (
     EXTRACTED_STAGE,
-    ExtractStageOptions,
     cached_extractor,
     close_stage_extractors,
     count_row,
-    extract_stage,
+    extract_shards,
     extracted_schema,
     read_simplified_items,
 )
@@ -208,10 +208,8 @@ def route_shard(
     force: bool = False,
 ) -> ShardResult:
     """Step 2 of a cascade for one shard: ``{output_root}/cascade_first/`` shard ``shard_index`` with its
-    routed pages labelled by the route's labeler → ``{output_root}/extracted/``. Skipped when done."""
-    from dripper.config.extractor import parse_extractor
-
-    spec = parse_extractor(spec)
+    routed pages labelled by the route's labeler → ``{output_root}/extracted/``. Skipped when done.
+    ``spec``: the typed :class:`~dripper.config.extractor.ExtractorSpec` (a worker does not parse it)."""
     first_stage = ShardWriter(str(output_root), CASCADE_FIRST_STAGE, storage_options)
     first = first_stage.url(first_stage.shard_path(shard_index))
     source = ShardWriter(str(input_root), SIMPLIFIED_STAGE, storage_options)
@@ -230,41 +228,30 @@ def route_shard(
 def extract_cascade(
     input_root: str,
     output_root: str,
-    spec: Any,
+    config: ExtractStageConfig,
     *,
-    batch_size: int,
-    workers: int | None = 0,
     scheduler: Any = None,
     storage_options: dict[str, Any] | None = None,
     force: bool = False,
     progress: bool | None = None,
     raise_on_failure: bool = True,
 ) -> StageReport:
-    """Both steps of a cascade spec over the finished simplified shards of ``input_root`` (see the module's
-    documentation); returns the report of the ``extracted`` step (the first step's is in the run summary's
-    ``stage_runs``). Shards whose first step failed are left to a rerun."""
-    from dripper.config.extractor import parse_extractor
-
-    spec = parse_extractor(spec)
-    first = extract_stage(
+    """Both steps of the cascade ``config.extractor`` (a spec with a ``route``, taken as checked) over the
+    finished simplified shards of ``input_root`` (see the module's documentation); returns the report of the
+    ``extracted`` step (the first step's is in the run summary's ``stage_runs``). Shards whose first step
+    failed are left to a rerun."""
+    spec, batch_size, workers = config.extractor, config.batch_size, config.workers
+    first = extract_shards(
         input_root,
         output_root,
-        labeler=spec.labeler,
-        labeler_options=spec.options or None,
-        options=ExtractStageOptions(
-            batch_size=batch_size,
-            fallback=spec.fallback,
-            fallback_on_empty=spec.fallback_on_empty,
-            score_routes=True,
-        ),
-        workers=workers,
+        config,
         scheduler=scheduler,
         storage_options=storage_options,
         force=force,
         progress=progress,
         raise_on_failure=False,
-        task_resources={"GPU": 1} if spec.needs_gpu else None,
         stage=CASCADE_FIRST_STAGE,
+        score_routes=True,
     )
     started = time.perf_counter()
     first_stage = ShardWriter(str(output_root), CASCADE_FIRST_STAGE, storage_options)

@@ -36,12 +36,11 @@ import logging
 import os
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
 from typing import Any
 
 from dripper.config.extract import ExtractStageConfig
 from dripper.io.storage import filesystem_for, join_path
-from dripper.labelers.base import DEFAULT_LABELER, BlockLabeler
+from dripper.labelers.base import BlockLabeler
 from dripper.stages.runner import (
     ShardTask,
     StageError,
@@ -55,12 +54,12 @@ from dripper.stages.simplify import SIMPLIFIED_STAGE
 
 __all__ = [
     "EXTRACTED_STAGE",
-    "ExtractStageOptions",
     "build_stage_labeler",
     "cached_extractor",
     "close_stage_extractors",
     "count_row",
     "extract_shard",
+    "extract_shards",
     "extract_stage",
     "extracted_schema",
     "read_simplified_items",
@@ -70,33 +69,6 @@ log = logging.getLogger(__name__)
 
 EXTRACTED_STAGE = "extracted"
 _CARRIED = ("warc_file", "warc_offset", "fetch_date", "content_type", "payload_digest", "encoding")
-
-
-@dataclass(frozen=True)
-class ExtractStageOptions:
-    """Options of the extract stage.
-
-    Attributes:
-        batch_size: Pages per labeler call (and per parquet row group).
-        fallback: Fallback name, or ``None`` for none.
-        fallback_on_empty: Also fall back when no block is labelled main.
-        compression: Parquet codec.
-        score_routes: Record each labelled page's routing score (``stats["route"]``, ``stats["declined"]``,
-            ``stats["prompt_tokens_estimate"]``): the first step of a cascade.
-    """
-
-    batch_size: int = ExtractStageConfig.default("batch_size")
-    fallback: str | None = ExtractStageConfig.default("fallback")
-    fallback_on_empty: bool = ExtractStageConfig.default("fallback_on_empty")
-    compression: str = "zstd"
-    score_routes: bool = False
-
-    def __post_init__(self) -> None:
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size must be positive, got {self.batch_size}")
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def extracted_schema() -> Any:
@@ -141,22 +113,20 @@ def build_stage_labeler(spec: str | BlockLabeler, options: dict[str, Any] | None
 _EXTRACTORS: dict[str, Any] = {}
 
 
-def _extractor(
-    spec: str | BlockLabeler, labeler_options: dict[str, Any] | None, options: ExtractStageOptions
-):
-    """The pipeline for a labeler spec; built once per process for named labelers (a GPU engine is
-    expensive to start, and a Dask worker runs many shards)."""
+def _extractor(spec: Any, labeler: BlockLabeler | None, batch_size: int, score_routes: bool):
+    """The pipeline of a spec (its labeler, or ``labeler`` in its place, with the spec's fallback); built once
+    per process for a spec (a GPU engine is expensive to start, and a Dask worker runs many shards)."""
     from dripper.pipeline import ExtractOptions, Extractor, Route
 
-    pipeline_options = ExtractOptions(
-        fallback=options.fallback, fallback_on_empty=options.fallback_on_empty, batch_size=options.batch_size
+    options = ExtractOptions(
+        fallback=spec.fallback, fallback_on_empty=spec.fallback_on_empty, batch_size=batch_size
     )
-    route = Route(None) if options.score_routes else None
-    if isinstance(spec, BlockLabeler):
-        return Extractor(spec, pipeline_options, route)
-    key = json.dumps([spec, labeler_options or {}, asdict(options)], sort_keys=True, default=str)
+    route = Route(None) if score_routes else None
+    if labeler is not None:
+        return Extractor(labeler, options, route)
+    key = json.dumps([spec.to_dict(), batch_size, score_routes], sort_keys=True, default=str)
     return cached_extractor(
-        key, lambda: Extractor(build_stage_labeler(spec, labeler_options), pipeline_options, route)
+        key, lambda: Extractor(build_stage_labeler(spec.labeler, spec.options), options, route)
     )
 
 
@@ -258,14 +228,14 @@ def count_row(stats: ShardStats, extractor: str, fallback_reason: str | None) ->
 def _produce_results(
     source: str,
     extractor: Any,
-    options: ExtractStageOptions,
+    batch_size: int,
     storage_options: dict[str, Any] | None,
     stats: ShardStats,
 ) -> Iterator[Any]:
     import pyarrow as pa
 
     schema = extracted_schema()
-    for items in read_simplified_items(source, options.batch_size, storage_options):
+    for items in read_simplified_items(source, batch_size, storage_options):
         started = time.perf_counter()
         results = extractor.extract_simplified(
             [(page, simplified, problem) for page, simplified, problem, _ in items]
@@ -287,34 +257,35 @@ def extract_shard(
     input_root: str,
     output_root: str,
     shard_index: int,
-    labeler: str | BlockLabeler = DEFAULT_LABELER,
-    labeler_options: dict[str, Any] | None = None,
-    options: ExtractStageOptions | None = None,
+    spec: Any,
+    batch_size: int,
+    labeler: BlockLabeler | None = None,
     storage_options: dict[str, Any] | None = None,
     force: bool = False,
     stage: str = EXTRACTED_STAGE,
+    score_routes: bool = False,
 ) -> ShardResult:
-    """Extract simplified shard ``shard_index`` of ``input_root`` into ``{output_root}/{stage}/``
-    (``extracted/``; a cascade's first step writes ``cascade_first/``).
+    """Extract simplified shard ``shard_index`` of ``input_root`` with ``spec`` (a typed
+    :class:`~dripper.config.extractor.ExtractorSpec`: a worker does not parse it again) into
+    ``{output_root}/{stage}/`` (``extracted/``; a cascade's first step writes ``cascade_first/`` and sets
+    ``score_routes``). ``labeler``: an instance in place of the spec's labeler (in-process runs).
 
     Skipped when the marker exists. Runs anywhere: in-process or as a Dask task.
     """
-    options = options or ExtractStageOptions()
     reader = ShardWriter(str(input_root), SIMPLIFIED_STAGE, storage_options)
     source = reader.url(reader.shard_path(shard_index))
-    extractor = _extractor(labeler, labeler_options, options)
+    extractor = _extractor(spec, labeler, batch_size, score_routes)
     return run_streaming_shard(
         join_path(str(output_root), stage),
         shard_index,
         extracted_schema(),
-        lambda stats: _produce_results(source, extractor, options, storage_options, stats),
+        lambda stats: _produce_results(source, extractor, batch_size, storage_options, stats),
         storage_options=storage_options,
         force=force,
         # The labeler is recorded, not compared: a rerun with another labeler skips finished shards
         # unless forced (or written to a new root).
         # Which process labelled the shard: with Dask, a worker (one labeler, e.g. one GPU engine, each).
         marker_extra={"inputs": [source], "labeler": extractor.labeler.name, "worker_pid": os.getpid()},
-        compression=options.compression,
     )
 
 
@@ -324,42 +295,69 @@ def extract_shard(
 def extract_stage(
     input_root: str,
     output_root: str | None = None,
+    config: ExtractStageConfig | None = None,
     *,
-    labeler: str | BlockLabeler = DEFAULT_LABELER,
-    labeler_options: dict[str, Any] | None = None,
-    options: ExtractStageOptions | None = None,
-    workers: int | None = 0,
+    labeler: BlockLabeler | None = None,
+    **run: Any,
+) -> StageReport:
+    """Run the extract stage with ``config.extractor`` over the finished simplified shards of ``input_root``,
+    into ``{output_root}/extracted/`` (a spec with a ``route`` is a cascade: run it with
+    :func:`dripper.stages.extractor.run_extractor`, which also places and records the extractor's folder).
+
+    The spec's labeler and options are checked first (they exist, take these options: nothing is built).
+
+    Args:
+        input_root: The run root holding ``simplified/``.
+        output_root: Where ``extracted/`` goes (default: ``input_root``).
+        config: The stage config: the extractor spec, ``batch_size``, ``workers`` (``0``: in this process,
+            one labeler for all shards; ``N``: a Dask ``LocalCluster`` of N processes, each with its own
+            labeler; ignored with a ``scheduler``).
+        labeler: A labeler instance in place of the spec's labeler, run in this process (``workers`` aside).
+        **run: :func:`extract_shards`' keywords (``scheduler``, ``storage_options``, ``force``,
+            ``progress``, ``raise_on_failure``).
+    """
+    config = config or ExtractStageConfig()
+    if config.extractor.route is not None:
+        raise ValueError(
+            f"extractor {config.extractor.name!r} is a cascade: run it with dripper.stages.run_extractor"
+        )
+    if labeler is None:
+        from dripper.config.extractor import check_labeler_options
+
+        check_labeler_options([config.extractor])
+    return extract_shards(input_root, output_root, config, labeler=labeler, **run)
+
+
+def extract_shards(
+    input_root: str,
+    output_root: str | None,
+    config: ExtractStageConfig,
+    *,
+    labeler: BlockLabeler | None = None,
     scheduler: Any = None,
     storage_options: dict[str, Any] | None = None,
     force: bool = False,
     progress: bool | None = None,
     raise_on_failure: bool = True,
-    task_resources: dict[str, float] | None = None,
     stage: str = EXTRACTED_STAGE,
+    score_routes: bool = False,
+    task_resources: dict[str, float] | None = None,
 ) -> StageReport:
-    """Run the extract stage over the finished simplified shards of ``input_root``.
+    """The shard tasks of the extract stage with ``config.extractor``'s labeler and fallback (its route is
+    the cascade's, :mod:`dripper.stages.cascade`); the spec is taken as checked.
 
     Args:
-        input_root: The run root holding ``simplified/``.
-        output_root: Where ``extracted/`` goes (default: ``input_root``).
-        labeler: Registered name, ``module:factory`` import path, or an instance (in-process only unless
-            it pickles).
-        labeler_options: Keyword options for building a named labeler.
-        options: Stage options.
-        workers: ``0`` (default): in this process, one labeler for all shards (a GPU engine per process);
-            ``N``: a Dask ``LocalCluster`` of N processes, each with its own labeler. Ignored with
-            ``scheduler``.
         scheduler: An existing Dask cluster: scheduler address or ``distributed.Client``.
         storage_options: fsspec options of both roots.
         force: Recompute shards even when done.
         progress: Progress display (``None``: bar on a terminal, log lines otherwise).
         raise_on_failure: Raise :class:`StageError` when a shard failed (after summarising the others).
-        task_resources: Dask worker resources each shard task needs on an external cluster (``{"GPU": 1}``
-            for an LM labeler: :func:`extract_with_spec` asks for it when the spec needs a GPU).
         stage: The output folder under ``output_root`` (``extracted``; ``cascade_first`` for the first step
-            of a cascade).
+            of a cascade, with ``score_routes``: each page's routing score in its stats).
+        task_resources: Dask worker resources each shard task needs on an external cluster (default:
+            ``{"GPU": 1}`` when the spec needs a GPU).
     """
-    options = options or ExtractStageOptions()
+    spec = config.extractor
     output_root = str(output_root or input_root)
     started = time.perf_counter()
     source_stage = ShardWriter(str(input_root), SIMPLIFIED_STAGE, storage_options)
@@ -376,36 +374,33 @@ def extract_stage(
             len(shards),
             expected,
         )
+    workers = config.workers
+    if labeler is not None:  # an instance lives in this process
+        if scheduler is not None:
+            raise ValueError("a labeler instance runs in this process: give a scheduler a spec's labeler")
+        workers = 0
     if workers == 0 and scheduler is None:
-        # Build (and check) the labeler before any shard runs, so a bad name fails fast.
-        _extractor(labeler, labeler_options, options)
-    elif isinstance(labeler, str) and ":" not in labeler:
-        from dripper.labelers.base import available_labelers
-
-        if labeler not in available_labelers():
-            build_stage_labeler(labeler, labeler_options)  # raises KeyError with the known names
+        # Build the labeler before any shard runs, so a labeler that cannot start fails fast.
+        _extractor(spec, labeler, config.batch_size, score_routes)
+    # On an external cluster an LM labeler's tasks go to the workers that declare a GPU.
+    resources = task_resources
+    if resources is None and spec.needs_gpu and labeler is None:
+        resources = {"GPU": 1}
     tasks = [
         ShardTask(
             index,
             extract_shard,
             (
-                str(input_root),
-                output_root,
-                index,
-                labeler,
-                labeler_options,
-                options,
-                storage_options,
-                force,
-                stage,
+                str(input_root), output_root, index, spec, config.batch_size, labeler, storage_options,
+                force, stage, score_routes,
             ),
             stage_dir=join_path(output_root, stage),
             marker_extra={"inputs": [source_stage.url(source_stage.shard_path(index))]},
             storage_options=storage_options,
-            resources=task_resources,
+            resources=resources,
         )
         for index in shards
-    ]
+    ]  # fmt: skip
     results, failures = run_shard_tasks(
         stage,
         tasks,
@@ -431,9 +426,9 @@ def extract_stage(
         storage_options=storage_options,
         parameters={
             "workers": "scheduler" if scheduler is not None else workers,
-            "labeler": labeler if isinstance(labeler, str) else labeler.name,
+            "labeler": labeler.name if labeler is not None else spec.labeler,
             "input_root": str(input_root),
-            "options": options.to_dict(),
+            "config": config.model_dump(mode="json"),
         },
     )
     if failures and raise_on_failure:

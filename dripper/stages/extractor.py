@@ -1,8 +1,8 @@
 """One extractor spec in the run layout: ``{root}/extractors/{name}/`` made by the spec recorded there.
 
-:func:`extract_with_spec` is what ``dripper run extract`` and the Airflow extract task run: it records
-the spec (:func:`record_extractor`) and runs the plain extract stage
-(:func:`dripper.stages.extract.extract_stage`) or, for a spec with a ``route``, the cascade's two steps
+:func:`run_extractor` is what ``dripper run extract`` and the Airflow extract task run: it checks the
+config's spec, records it (:func:`record_extractor`) and runs the extract stage's shard tasks
+(:func:`dripper.stages.extract.extract_shards`) or, for a spec with a ``route``, the cascade's two steps
 (:func:`dripper.stages.cascade.extract_cascade`).
 """
 
@@ -14,10 +14,10 @@ from typing import Any
 from dripper.config.extract import ExtractStageConfig
 from dripper.io.storage import filesystem_for, join_path
 from dripper.stages.cascade import extract_cascade
-from dripper.stages.extract import ExtractStageOptions, extract_stage
+from dripper.stages.extract import extract_shards
 from dripper.stages.runner import StageReport
 
-__all__ = ["EXTRACTOR_FILE", "extract_with_spec", "record_extractor"]
+__all__ = ["EXTRACTOR_FILE", "record_extractor", "run_extractor"]
 
 #: The spec an extractor folder's shards are made with, written in that folder.
 EXTRACTOR_FILE = "_extractor.json"
@@ -75,60 +75,44 @@ def _made_alike(existing: dict[str, Any], wanted: dict[str, Any]) -> bool:
     }
 
 
-def extract_with_spec(
+def run_extractor(
     input_root: str,
-    spec: Any,
+    config: ExtractStageConfig | None = None,
     output_root: str | None = None,
     *,
-    batch_size: int = ExtractStageConfig.default("batch_size"),
     storage_options: dict[str, Any] | None = None,
     force: bool = False,
-    **stage_options: Any,
+    **run: Any,
 ) -> StageReport:
-    """The extract stage for one extractor spec, in the run layout: ``{input_root}/extractors/{name}/``
+    """The extract stage for ``config.extractor`` in the run layout: ``{input_root}/extractors/{name}/``
     unless ``output_root`` is given, with the spec recorded there (:func:`record_extractor` refuses a folder
     holding another spec unless ``force``). What ``dripper run extract`` and the Airflow extract task run.
     A cascade spec (with ``route``) runs in two steps, :func:`dripper.stages.cascade.extract_cascade`.
 
+    The spec was parsed where the config was made; here its labelers are checked, once (they exist and
+    take their options; nothing is built), and the typed spec goes down to the shard tasks.
+
     Args:
         input_root: The run root holding ``simplified/``.
-        spec: An extractor spec: an :class:`~dripper.config.extractor.ExtractorSpec` as the front end
-            parsed and checked it, or a dict or shorthand (parsed and checked here).
+        config: The extract stage's config (the extractor spec, ``batch_size``, ``workers``).
         output_root: The extractor's folder (default: from the run layout).
-        batch_size: Pages per labeler call.
         storage_options: fsspec options of both roots.
         force: Recompute finished shards (and replace a recorded spec).
-        **stage_options: More :func:`extract_stage` keywords (``workers``, ``scheduler``, ``progress``,
+        **run: More :func:`~dripper.stages.extract.extract_shards` keywords (``scheduler``, ``progress``,
             ``raise_on_failure``).
     """
-    from dripper.config.extractor import ExtractorSpec, check_labeler_options, parse_extractor
+    from dripper.config.extractor import check_labeler_options
     from dripper.layout import RunLayout
 
-    if not isinstance(spec, ExtractorSpec):  # a typed spec was parsed and checked where the run started
-        spec = parse_extractor(spec)
-        check_labeler_options([spec])
+    config = config or ExtractStageConfig()
+    spec = config.extractor
+    check_labeler_options([spec])
     output_root = output_root or RunLayout(str(input_root)).extractor(spec.name).root
     record_extractor(output_root, spec, storage_options, force=force)
     if spec.route is not None:
         return extract_cascade(
-            input_root,
-            output_root,
-            spec,
-            batch_size=batch_size,
-            storage_options=storage_options,
-            force=force,
-            **stage_options,
+            input_root, output_root, config, storage_options=storage_options, force=force, **run
         )
-    return extract_stage(
-        input_root,
-        output_root,
-        labeler=spec.labeler,
-        labeler_options=spec.options or None,
-        options=ExtractStageOptions(
-            batch_size=batch_size, fallback=spec.fallback, fallback_on_empty=spec.fallback_on_empty
-        ),
-        storage_options=storage_options,
-        force=force,
-        task_resources={"GPU": 1} if spec.needs_gpu else None,
-        **stage_options,
+    return extract_shards(
+        input_root, output_root, config, storage_options=storage_options, force=force, **run
     )

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 from airflow.sdk import Asset
 
-from dripper.airflow.hooks import RunStorageHook, extractor_key, selection_key
+from dripper.airflow.hooks import RunStorageHook, selection_key
 from dripper.airflow.stages import (
     SELECTION_FILE,
     AblationReportOperator,
@@ -58,11 +58,6 @@ def test_run_folder_names():
     assert selection_key(4, None, 0) == "n4-seed0"
     assert selection_key(None, 0.01, 7) == "f0.01-seed7"
     assert selection_key(None, None, 0, warcs_per_shard=2) == "all-seed0-w2"
-    assert extractor_key("trafilatura") == "trafilatura"
-    assert extractor_key("cpu", fallback=None) == "cpu-nofallback"
-    vllm = extractor_key("vllm", {"model": "/models/MinerU-HTML/"})
-    assert vllm.startswith("vllm-MinerU-HTML-") and vllm != extractor_key("vllm", {"model": "/models/other"})
-    assert extractor_key("pkg.mod:factory", {"x": 1}) != extractor_key("pkg.mod:factory", {"x": 2})
 
 
 def _refresh(root: Path, crawl_index: Path, max_new: int = 1) -> tuple[list[str], FakeContext]:
@@ -205,6 +200,42 @@ def test_a_value_the_config_refuses_fails_the_task_with_the_clis_message(tmp_pat
     assert cli.returncode != 0 and str(failure.value) in cli.stderr, (str(failure.value), cli.stderr)
 
 
+@pytest.mark.parametrize(
+    "values, flags",
+    [
+        ({"batch_size": 0}, ["--batch-size", "0"]),
+        ({"extractor": "qwen=vllm"}, ["--extractor", "qwen=vllm"]),
+        ({"extractor": "c=cpu,threshhold=0.5"}, ["--extractor", "c=cpu,threshhold=0.5"]),
+    ],
+)
+def test_the_extract_task_refuses_what_the_cli_refuses_with_its_message(tmp_path, values, flags):
+    """The extract task builds the extract config (the spec in it) from its values and checks the spec's
+    labeler before any shard: the message is ``dripper run extract``'s for the same value."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from dripper.airflow.stages import ExtractOperator
+
+    task = ExtractOperator(task_id="extract", input_root=str(tmp_path / "run"), workers=0, **values)
+    with pytest.raises(AirflowFailException) as failure:
+        task.execute(FakeContext())
+    command = [str(Path(sys.executable).parent / "dripper"), "run", "extract", "--input", str(tmp_path / "run"),
+               *flags]  # fmt: skip
+    cli = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert cli.returncode != 0 and str(failure.value) in cli.stderr, (str(failure.value), cli.stderr)
+    assert not (tmp_path / "run").exists()  # refused before anything was written
+
+
+def test_the_evaluate_task_validates_its_config_before_running():
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from dripper.airflow.stages import EvaluateOperator
+
+    model = {"run_dir": "/nonexistent", "root": "/nonexistent", "hf_dir": "/nonexistent"}
+    task = EvaluateOperator(task_id="evaluate", model=model, limit=0)
+    with pytest.raises(AirflowFailException, match=r"evaluate config: limit: Input should be greater than"):
+        task.execute(FakeContext())
+
+
 def test_select_takes_the_crawl_from_a_new_crawl_event(tmp_path):
     """A run started by cc_snapshot_refresh builds the crawl of the newest manifest event."""
     _, refresh_context = _refresh(tmp_path, SAMPLE / "collinfo.json")
@@ -228,7 +259,7 @@ def test_simplify_starts_dask_workers_from_a_task_process(tmp_path, monkeypatch)
     monkeypatch.setattr(sys.modules["__main__"], "__spec__", None, raising=False)  # as for a console script
     batches, _ = _select(tmp_path, warc_count=1, warcs_per_task=1)
     result = SimplifyBatchOperator(
-        task_id="simplify", batch=batches[0], storage_root=str(tmp_path), dask_workers=1
+        task_id="simplify", batch=batches[0], storage_root=str(tmp_path), workers=1
     ).execute(FakeContext())
     assert (result["shards"], result["written"], result["skipped"]) == (1, 1, 0)
     assert result["pages_out"] in (47, 50, 49)

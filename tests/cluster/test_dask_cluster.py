@@ -11,8 +11,9 @@ import time
 
 import pytest
 
+from dripper.config.extract import ExtractStageConfig
 from dripper.stages.extract import extract_stage
-from dripper.stages.extractor import extract_with_spec
+from dripper.stages.extractor import run_extractor
 from dripper.stages.simplify import simplify_stage
 from tests.stages.conftest import (  # noqa: F401 - reference_run is a fixture
     LONG_BLOCKS,
@@ -22,6 +23,8 @@ from tests.stages.conftest import (  # noqa: F401 - reference_run is a fixture
     reference_run,
 )
 
+LONG_BLOCKS_CONFIG = ExtractStageConfig(extractor={"name": "long", "labeler": LONG_BLOCKS})
+
 
 def test_stages_on_an_external_cluster_equal_the_in_process_run(dask_cluster, reference_run, tmp_path):  # noqa: F811
     from distributed import Client, get_task_stream
@@ -30,7 +33,9 @@ def test_stages_on_an_external_cluster_equal_the_in_process_run(dask_cluster, re
     started = time.perf_counter()
     with Client(dask_cluster.address) as client, get_task_stream(client) as stream:
         simplify = simplify_stage(SAMPLE_SNAPSHOT, root, scheduler=dask_cluster.address, progress=False)
-        extract = extract_stage(root, labeler=LONG_BLOCKS, scheduler=dask_cluster.address, progress=False)
+        extract = extract_stage(
+            root, config=LONG_BLOCKS_CONFIG, scheduler=dask_cluster.address, progress=False
+        )
         names = {address: info["name"] for address, info in client.scheduler_info()["workers"].items()}
     seconds = time.perf_counter() - started
     assert (simplify.written, simplify.failed) == (4, {})
@@ -104,7 +109,8 @@ def test_gpu_extract_tasks_run_only_on_the_gpu_worker(dask_cluster, reference_ru
     shutil.copytree(f"{reference_run['root']}/simplified", root / "simplified")
     spec = {"name": "gpu-only", "labeler": LONG_BLOCKS, "gpu": True}
     with Client(dask_cluster.address) as client, get_task_stream(client) as stream:
-        report = extract_with_spec(str(root), spec, scheduler=dask_cluster.address, progress=False)
+        config = ExtractStageConfig(extractor=spec)
+        report = run_extractor(str(root), config, scheduler=dask_cluster.address, progress=False)
         names = {address: info["name"] for address, info in client.scheduler_info()["workers"].items()}
     assert (report.written, report.failed) == (4, {})
     ran_on = [names.get(item["worker"]) for item in stream.data if "extracted" in item["key"]]
@@ -118,7 +124,7 @@ def test_a_resource_no_worker_has_runs_anywhere_and_says_so(dask_cluster, refere
     shutil.copytree(f"{reference_run['root']}/simplified", root / "simplified")
     with caplog.at_level("WARNING", logger="dripper.stages.runner"):
         report = extract_stage(
-            str(root), labeler=LONG_BLOCKS, scheduler=dask_cluster.address, progress=False,
+            str(root), config=LONG_BLOCKS_CONFIG, scheduler=dask_cluster.address, progress=False,
             task_resources={"TPU": 1},
         )  # fmt: skip
     assert (report.written, report.failed) == (4, {})  # not waiting forever for a TPU worker

@@ -67,9 +67,16 @@ def test_every_cli_flag_defaults_to_the_config(config):
     parser = _stage_parser(config.stage)
     args = parser.parse_args(REQUIRED.get(config.stage, ["--input", "x"]))
     assert config.cli_fields(), config.stage
+    more = {}
+    if config.stage == "extract":  # no --extractor: the spec is built from --labeler … (defaults: the same)
+        from dripper.cli_run import extractor_from_arguments
+
+        assert args.extractor is None
+        more["extractor"] = extractor_from_arguments(args)
     for name in config.cli_fields():
-        assert getattr(args, name) == config.default(name), (config.stage, name)
-    assert config.from_arguments(args) == config()
+        if name not in more:
+            assert getattr(args, name) == config.default(name), (config.stage, name)
+    assert config.from_arguments(args, **more) == config()
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.stage)
@@ -95,7 +102,8 @@ def test_every_form_field_defaults_to_the_config(config, forms):
 def test_form_fields_are_the_configs_and_carry_their_constraints(forms):
     params = forms["corpus_build"]
     assert params.get_param("extract_batch_size").schema["minimum"] == 1
-    assert params.get_param("fallback").schema["enum"] == ["trafilatura", "empty", "none"]
+    assert params.get_param("extractor").schema["type"] == "string"
+    assert "cpu" in params.get_param("extractor").schema["examples"]  # from the registry
     assert params.get_param("refine_steps").schema["items"]["enum"][0] == "url_dedup"
     assert params.get_param("simplify_workers").schema["type"] == ["integer", "null"]
     for form_name in ("extract_batch_size", "refine_workers", "simplify_max_page_bytes"):
@@ -116,20 +124,22 @@ def test_a_deployment_environment_proposes_other_values(monkeypatch):
 
 def test_python_api_defaults_are_the_configs():
     """The stage functions' and options' own defaults, where they name a config field."""
+    from dripper.config.extractor import ExtractorSpec
     from dripper.pipeline import ExtractOptions
-    from dripper.stages.extract import ExtractStageOptions
-    from dripper.stages.extractor import extract_with_spec
 
     pairs = [
-        (ExtractStageOptions(), ExtractStageConfig, ("batch_size", "fallback", "fallback_on_empty")),
-        (ExtractOptions(), ExtractStageConfig, ("batch_size", "fallback", "fallback_on_empty")),
+        (ExtractOptions(), ExtractStageConfig, ("batch_size",)),
         (ExtractOptions(), SimplifyStageConfig, ("max_page_bytes",)),
     ]
     for options, config, names in pairs:
         for name in names:
             assert getattr(options, name) == config.default(name), (type(options).__name__, name)
-    signature = inspect.signature(extract_with_spec)
-    assert signature.parameters["batch_size"].default == ExtractStageConfig.default("batch_size")
+    spec = ExtractStageConfig().extractor  # the pipeline's fallback settings are the default spec's
+    assert isinstance(spec, ExtractorSpec) and spec.labeler == ExtractStageConfig.default("extractor")
+    assert (ExtractOptions().fallback, ExtractOptions().fallback_on_empty) == (
+        spec.fallback,
+        spec.fallback_on_empty,
+    )
 
 
 def test_operators_default_to_the_configs():
@@ -187,7 +197,10 @@ def test_one_name_per_setting(config):
     for name in config.cli_fields():
         assert config._meta(name)["aliases"] == [], (config.stage, name)
         assert config.flag(name) == "--" + name.replace("_", "-") and config.flag(name) in flags
-    spellings = {"count", "fraction", "processes", "max_payload", "max_page"}
+    if config.stage in ("simplify", "extract"):  # the Dask scheduler is the forms' dask_scheduler
+        assert "--dask-scheduler" in flags and "--scheduler" not in flags
+    spellings = {"count", "fraction", "processes", "max_payload", "max_page", "dask_workers", "labeler"}
+    spellings |= {"labeler_model", "labeler_options", "fallback", "fallback_on_empty"}  # in the spec
     for operator in (SelectWarcsOperator, SimplifyBatchOperator, ExtractOperator, RefineOperator):
         assert not spellings & set(inspect.signature(operator.__init__).parameters), operator.__name__
 

@@ -18,7 +18,7 @@ from tests.conftest import free_port
 SMALL_BUILD = {
     "warc_count": 1,
     "seed": 0,
-    "labeler": "trafilatura",
+    "extractor": "trafilatura",
     "refine_tasks": 1,
     "refine_workers": 1,
     "simplify_workers": 0,

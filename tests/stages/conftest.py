@@ -86,7 +86,7 @@ def reference_run(tmp_path_factory) -> dict:
     root = str(tmp_path_factory.mktemp("reference") / "run")
     simplify_report = simplify_stage(SAMPLE_SNAPSHOT, root, SimplifyStageConfig(workers=0), progress=False)
     labeler = LongBlocks()
-    extract_report = extract_stage(root, labeler=labeler, workers=0, progress=False)
+    extract_report = extract_stage(root, labeler=labeler, progress=False)
     return {
         "root": root,
         "simplify_report": simplify_report,

@@ -123,11 +123,13 @@ def test_a_cascade_spec_is_checked_before_any_shard(reference_run, tmp_path, cap
 
 @pytest.mark.parametrize("rule", [{"below": 0.0}, {"below": 1.0}])
 def test_a_threshold_routes_the_declined_pages_or_every_page(reference_run, tmp_path, rule, monkeypatch):
+    from dripper.config.extract import ExtractStageConfig
     from dripper.stages.cascade import extract_cascade
 
     spec = {"name": "casc", "labeler": "cpu", "route": {"labeler": ROUTE, **rule}}
     monkeypatch.setenv("SWITCHABLE_LOG", str(tmp_path / "labelled.txt"))
-    extract_cascade(reference_run["root"], str(tmp_path / "c"), spec, batch_size=64, progress=False)
+    config = ExtractStageConfig(extractor=spec, workers=0)
+    extract_cascade(reference_run["root"], str(tmp_path / "c"), config, progress=False)
     rows = read_stage(str(tmp_path / "c"), "extracted")
     stats = [json.loads(row["stats"]) for row in rows]
     scored = [s for s in stats if "routed" in s]

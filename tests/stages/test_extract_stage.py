@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 
 from dripper.cli import main as cli_main
+from dripper.config.extract import ExtractStageConfig
 from dripper.io.warc import iter_warc_pages
 from dripper.labelers.base import BlockLabeler, Labels
 from dripper.pipeline import ExtractOptions, Extractor
 from dripper.stages.extract import (
-    ExtractStageOptions,
     build_stage_labeler,
     extract_stage,
     extracted_schema,
@@ -122,7 +122,7 @@ def test_failures_fall_back_with_reasons_and_batches_are_kept(reference_run, tmp
     pages = len(read_stage(root, "simplified"))
     labelled = pages - 1
     labeler = FailEveryThird()
-    report = extract_stage(root, labeler=labeler, options=ExtractStageOptions(batch_size=16), progress=False)
+    report = extract_stage(root, config=ExtractStageConfig(batch_size=16), labeler=labeler, progress=False)
     assert labeler.stats.pages == labelled
     assert report.summary["fallbacks"] == {"label_failed": labelled // 3}
     rows = read_stage(root, "extracted")
@@ -133,7 +133,7 @@ def test_failures_fall_back_with_reasons_and_batches_are_kept(reference_run, tmp
     # Batches never straddle shards and never exceed --batch-size.
     long_blocks = LongBlocks()
     again = extract_stage(
-        root, labeler=long_blocks, options=ExtractStageOptions(batch_size=16), force=True, progress=False
+        root, config=ExtractStageConfig(batch_size=16), labeler=long_blocks, force=True, progress=False
     )
     assert (again.written, again.skipped) == (1, 0)
     assert max(long_blocks.batch_sizes) == 16 and sum(long_blocks.batch_sizes) == labelled
