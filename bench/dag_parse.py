@@ -34,6 +34,7 @@ LIGHT_PREFIXES = ("dripper.airflow", "dripper.config")
 LIGHT_MODULES = frozenset(
     {
         "dripper.hints",
+        "dripper.lazy",
         "dripper.io",
         "dripper.io.warc",
         "dripper.pretrain",

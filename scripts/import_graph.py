@@ -25,7 +25,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("dripper.types", "dripper.hints", "dripper.layout", "dripper.prompt", "dripper.decode", "dripper.io"),
+    (
+        "dripper.types",
+        "dripper.hints",
+        "dripper.lazy",
+        "dripper.layout",
+        "dripper.prompt",
+        "dripper.decode",
+        "dripper.io",
+    ),
     ("dripper.config",),
     (
         "dripper.simplify",

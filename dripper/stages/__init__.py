@@ -15,8 +15,7 @@ What ``dripper run`` and the Airflow operators share above the stages is :mod:`d
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from dripper.lazy import lazy_exports
 
 _EXPORTS = {
     "ShardAccountingError": "shards",
@@ -59,11 +58,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
