@@ -159,9 +159,8 @@ class ExtractOperator(DaskStageOperator):
                     progress=False,
                     scheduler=self.dask_scheduler or None,
                 )
-            except (
-                ValueError
-            ) as error:  # a bad labeler option, another spec in this folder: no retry fixes it
+            # A bad labeler option, or another spec in this folder: no retry fixes it.
+            except ValueError as error:
                 raise AirflowFailException(str(error)) from None
         return {
             **stage_report_dict(report),

@@ -6,11 +6,11 @@ from typing import Annotated, Any
 
 from pydantic import WithJsonSchema, field_validator
 
-from dripper.config.extractor import DEFAULT_FALLBACK, ExtractorSpec, parse_extractor
+from dripper.config.extractor import ExtractorSpec, parse_extractor
 from dripper.config.labelers import DEFAULT_LABELER
 from dripper.config.settings import StageConfig, setting
 
-__all__ = ["DEFAULT_FALLBACK", "ExtractStageConfig"]
+__all__ = ["ExtractStageConfig"]
 
 
 class ExtractStageConfig(StageConfig):

@@ -48,6 +48,25 @@ def test_stages_on_an_external_cluster_equal_the_in_process_run(dask_cluster, re
     print(f"simplify + extract on the external Dask cluster: {seconds:.1f} s")
 
 
+def test_run_extract_takes_the_clusters_address_as_the_forms_do(dask_cluster, reference_run, tmp_path):  # noqa: F811
+    """``dripper run extract --dask-scheduler`` (the forms' ``dask_scheduler``) sends the shards to the
+    external cluster: the same rows as the in-process run, labelled outside this process."""
+    import json
+    import os
+
+    from dripper.cli import main as cli_main
+
+    root = tmp_path / "run"
+    shutil.copytree(f"{reference_run['root']}/simplified", root / "simplified")
+    out = tmp_path / "out"
+    command = ["run", "extract", "--input", str(root), "--output", str(out), "--quiet",
+               "--extractor", f"long={LONG_BLOCKS}", "--dask-scheduler", dask_cluster.address]  # fmt: skip
+    assert cli_main(command) == 0
+    assert comparable(read_stage(str(out), "extracted")) == comparable(reference_run["extracted"])
+    marker = json.loads((out / "extracted" / "part-00000.done.json").read_text())
+    assert marker["worker_pid"] != os.getpid()
+
+
 def test_worker_killed_mid_stage_leaves_a_complete_identical_output(dask_cluster, reference_run, tmp_path):  # noqa: F811
     from distributed import Client
 
