@@ -33,7 +33,6 @@ from typing import Any
 
 from airflow.sdk import Asset
 
-from dripper.config.extract import ExtractStageConfig
 from dripper.config.refine import RefineStageConfig
 from dripper.config.simplify import SimplifyStageConfig
 from dripper.config.tokenize import TokenizeStageConfig
@@ -76,25 +75,19 @@ def selection_xcom(field: str) -> str:
 
 
 def templated(*names: str, **renamed: str) -> dict[str, str]:
-    """Operator arguments rendered from params: ``templated("seed", count="warc_count")`` is
-    ``{"seed": "{{ params.seed }}", "count": "{{ params.warc_count }}"}``."""
+    """Operator arguments rendered from params: ``templated("crawl_id", run_on="refine_run_on")`` is
+    ``{"crawl_id": "{{ params.crawl_id }}", "run_on": "{{ params.refine_run_on }}"}``. A stage's settings
+    are not passed this way but as its ``config`` (``StageConfig.form_templates``)."""
     pairs = {name: name for name in names} | renamed
     return {argument: "{{ params." + param + " }}" for argument, param in pairs.items()}
 
 
-def stage_templates(config: Any, *names: str, **renamed: str) -> dict[str, str]:
-    """Operator arguments rendered from a stage config's form fields (all, or ``names``): the argument is
-    the field's name, or ``renamed``'s (``stage_templates(RefineStageConfig, steps="refine_steps")``)."""
-    fields = names or tuple(config.form_field_names())
-    return {renamed.get(name, name): "{{ params." + config.form_name(name) + " }}" for name in fields}
-
-
 #: Where a task's storage root is and which connection reaches it.
 STORAGE = templated("storage_root", "aws_conn_id")
-#: The Dask arguments of the simplify tasks.
-DASK = templated("dask_scheduler", "force") | stage_templates(
-    SimplifyStageConfig, "workers", "max_payload_bytes", "max_page_bytes"
-)
+#: The Dask arguments of the Dask stages (their workers are in their configs).
+DASK = templated("dask_scheduler", "force")
+#: The simplify config of the selection and simplify tasks, from the form.
+SIMPLIFY = {"config": SimplifyStageConfig.form_templates()}
 
 
 def simplified_selection(from_asset_event: bool = True) -> tuple[Any, Any, str]:
@@ -105,17 +98,11 @@ def simplified_selection(from_asset_event: bool = True) -> tuple[Any, Any, str]:
     select = SelectWarcsOperator(
         task_id="select_warcs",
         **templated("crawl_id", "crawl_base", "warcs_per_task"),
-        **stage_templates(
-            SimplifyStageConfig,
-            "warc_count",
-            "warc_fraction",
-            "seed",
-            "warcs_per_shard",
-        ),
+        **SIMPLIFY,
         from_asset_event=from_asset_event,
         **STORAGE,
     )
-    simplify = SimplifyBatchOperator.partial(task_id="simplify", **STORAGE, **DASK).expand(
+    simplify = SimplifyBatchOperator.partial(task_id="simplify", **SIMPLIFY, **STORAGE, **DASK).expand(
         batch=select.output
     )
     selection_root = selection_xcom("selection_root")
@@ -126,17 +113,13 @@ def simplified_selection(from_asset_event: bool = True) -> tuple[Any, Any, str]:
     return select, record, selection_root
 
 
-#: The extract task's arguments every corpus build shares (the extractor is the DAG's).
-EXTRACT = (
-    templated("dask_scheduler", "force")
-    | stage_templates(ExtractStageConfig, "batch_size", "workers")
-    | STORAGE
-)
+#: The extract task's arguments every corpus build shares (its config is the DAG's: one extractor or each).
+EXTRACT = DASK | STORAGE
 #: The refine task's arguments from the refinement params (and where it runs: here or on Slurm).
 REFINE = (
     templated("force", run_on="refine_run_on", slurm="refine_slurm")
-    | stage_templates(RefineStageConfig)
+    | {"config": RefineStageConfig.form_templates()}
     | STORAGE
 )
 #: The tokenize task's arguments.
-TOKENIZE = templated("force") | stage_templates(TokenizeStageConfig) | STORAGE
+TOKENIZE = templated("force") | {"config": TokenizeStageConfig.form_templates()} | STORAGE

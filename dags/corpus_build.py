@@ -25,7 +25,6 @@ from _common import (
     TOKENIZE,
     selection_xcom,
     simplified_selection,
-    stage_templates,
     xcom,
 )
 from _params import corpus_build_params
@@ -51,7 +50,7 @@ with DAG(
     extract = ExtractOperator(
         task_id="extract",
         input_root=selection_root,
-        **stage_templates(ExtractStageConfig, "extractor"),
+        config=ExtractStageConfig.form_templates(),
         **EXTRACT,
     )
     run_root = xcom("extract", "output_root")

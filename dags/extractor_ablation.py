@@ -35,7 +35,6 @@ from _common import (
     REFINE,
     TOKENIZE,
     simplified_selection,
-    stage_templates,
     templated,
 )
 from _params import extractor_ablation_params
@@ -52,8 +51,17 @@ from dripper.airflow.stages import (
     TokenizeOperator,
 )
 from dripper.config.evaluate import EvaluateStageConfig
+from dripper.config.extract import ExtractStageConfig
 from dripper.config.pretrain import PretrainStageConfig
 from dripper.config.report import ReportStageConfig
+
+#: The report config's fields, rendered from the form (the extraction-quality task reads its labelled pages).
+REPORT = ReportStageConfig.form_templates()
+
+
+def _spec(config: dict[str, Any]) -> dict[str, Any]:
+    """The extractor spec of an extract config."""
+    return config["extractor"]
 
 
 def _root(result: dict[str, Any]) -> str:
@@ -77,39 +85,43 @@ with DAG(
 
     @task(retries=0)
     def check_extractors(params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        """The extractor specs, validated (fields and labeler options); one extract task each."""
+        """One extract config per extractor spec (with the form's batch size and workers), validated: the
+        specs' fields and labeler options, and the config's."""
         from airflow.sdk.exceptions import AirflowFailException
 
         from dripper.config.extractor import ExtractorSpecError, check_labeler_options, parse_extractors
+        from dripper.config.settings import StageConfigError
 
         try:
             specs = parse_extractors(params["extractors"])
             check_labeler_options(specs)
-        except ExtractorSpecError as error:
+            configs = [ExtractStageConfig.from_form(params, extractor=spec) for spec in specs]
+        except (ExtractorSpecError, StageConfigError) as error:
             raise AirflowFailException(str(error)) from None
-        return [spec.to_dict() for spec in specs]
+        return [config.model_dump(mode="json") for config in configs]
 
-    specs = check_extractors()
+    extractors = check_extractors()
     check_suite = CheckSuiteOperator(
-        task_id="check_suite", **templated(suite="eval_suite", extra_arguments="eval_arguments"), retries=0
-    )
+        task_id="check_suite", config=EvaluateStageConfig.form_templates("suite", "fixtures", "arguments"),
+        retries=0,
+    )  # fmt: skip
     select, record_simplify, selection_root = simplified_selection(from_asset_event=False)
-    [specs, check_suite] >> select
+    [extractors, check_suite] >> select
     extract = ExtractOperator.partial(task_id="extract", input_root=selection_root, **EXTRACT).expand(
-        extractor=specs
+        config=extractors
     )
     refine = RefineOperator.partial(task_id="refine", **REFINE).expand(root=extract.output.map(_root))
     tokenize = TokenizeOperator.partial(task_id="tokenize", **TOKENIZE).expand(root=refine.output.map(_root))
     pretrain = PretrainOperator.partial(
         task_id="pretrain",
         **templated("tokenizer"),
-        **stage_templates(PretrainStageConfig, arguments="extra_arguments"),
+        config=PretrainStageConfig.form_templates(),
         **templated(run_on="pretrain_run_on", slurm="pretrain_slurm"),
         retries=0,
     ).expand(tokens=tokenize.output)
     evaluate = EvaluateOperator.partial(
         task_id="evaluate",
-        **stage_templates(EvaluateStageConfig, arguments="extra_arguments"),
+        config=EvaluateStageConfig.form_templates(),
         **templated(run_on="eval_run_on", slurm="eval_slurm"),
         retries=0,
     ).expand(model=pretrain.output)
@@ -120,14 +132,9 @@ with DAG(
     extraction_quality = ExtractionBenchmarkOperator(
         task_id="extraction_quality",
         **templated("aws_conn_id"),
-        **stage_templates(
-            ReportStageConfig,
-            "labelled_pages",
-            "labelled_limit",
-            labelled_pages="data",
-            labelled_limit="limit",
-        ),  # fmt: skip
-        extractor_specs=specs,
+        data=REPORT["labelled_pages"],
+        limit=REPORT["labelled_limit"],
+        extractor_specs=extractors.map(_spec),
         output_dir=ablation_dir + "/extraction",
         retries=0,
     )
@@ -147,7 +154,7 @@ with DAG(
             "suite": "{{ params.eval_suite }}",
             "tokenizer": "{{ params.tokenizer }}",
         },
-        **stage_templates(ReportStageConfig, "lm_pages_per_second"),
+        lm_pages_per_second=REPORT["lm_pages_per_second"],
         outlets=[ABLATION_REPORT_ASSET],
         retries=0,
     )

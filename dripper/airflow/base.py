@@ -1,18 +1,19 @@
-"""What the stage operators share: the storage root and its connection, Dask arguments, running worker
-processes from a task, and the XCom form of a stage report."""
+"""What the stage operators share: the stage config, the storage root and its connection, Dask arguments,
+running worker processes from a task, and the XCom form of a stage report."""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from airflow.sdk import BaseOperator
 
 from dripper.airflow.hooks import RunStorageHook
 from dripper.airflow.storage import DEFAULT_AWS_CONN_ID
+from dripper.config.settings import StageConfig, StageConfigError
 
 __all__ = [
     "DaskStageOperator",
@@ -64,10 +65,24 @@ def stage_report_dict(report: Any) -> dict[str, Any]:
 
 
 class StageConfigMixin:
-    """``stage_config``: a task's rendered values as its stage's typed config."""
+    """A task that runs one stage takes that stage's config as one argument, ``config``: a
+    :class:`~dripper.config.settings.StageConfig`, or its values by field name, as a DAG renders them from its
+    form (:meth:`~dripper.config.settings.StageConfig.form_templates`). ``config_class`` names the stage's
+    config; :meth:`stage_config` validates in the task."""
 
-    def stage_config(self, config: type[Any], **values: Any) -> Any:
-        """``config`` (a stage config class) from this task's rendered values, validated by pydantic.
+    #: The stage's config class (``dripper.config``).
+    config_class: ClassVar[type[StageConfig]]
+
+    @staticmethod
+    def config_values(config: Any) -> Any:
+        """What ``config`` holds as a template field: a config's values as JSON (the field names it was given),
+        anything else as given (a mapping of values or templates, a template, an XCom reference)."""
+        if isinstance(config, StageConfig):
+            return config.model_dump(mode="json", exclude_unset=True)
+        return config
+
+    def stage_config(self, **values: Any) -> StageConfig:
+        """The stage's config from the rendered ``config`` and ``values`` (the task's own), validated by pydantic.
 
         A value the config refuses fails the task at once (a retry cannot fix it) with the message the CLI
         gives for the same value. ``None`` (an empty form field, rendered natively) leaves the config's
@@ -75,11 +90,14 @@ class StageConfigMixin:
         """
         from airflow.sdk.exceptions import AirflowFailException
 
-        from dripper.config.settings import StageConfigError
-
-        given = {name: value for name, value in values.items() if value is not None}
+        config = getattr(self, "config", None) or {}
+        if not isinstance(config, Mapping):
+            raise AirflowFailException(
+                f"{self.config_class.stage} config: expected a mapping of field: value, got {config!r}"
+            )
+        given = {name: value for name, value in {**config, **values}.items() if value is not None}
         try:
-            return config.parse(given)
+            return self.config_class.parse(given)
         except StageConfigError as error:
             raise AirflowFailException(str(error)) from None
 
@@ -99,11 +117,11 @@ class StorageOperator(StageConfigMixin, BaseOperator):
 
 
 class DaskStageOperator(StorageOperator):
-    """A stage on Dask: the scheduler at ``dask_scheduler``, else a LocalCluster of ``workers`` processes
-    started by the task (the stage config's ``workers``; ``0``: in the task's process)."""
+    """A stage on Dask: the scheduler at ``dask_scheduler``, else a LocalCluster of the stage config's
+    ``workers`` processes started by the task (``0``: in the task's process)."""
 
-    def __init__(self, *, dask_scheduler: Any = None, workers: Any = None, force: Any = False, **kwargs):
+    def __init__(self, *, config: Any = None, dask_scheduler: Any = None, force: Any = False, **kwargs):
         super().__init__(**kwargs)
+        self.config = self.config_values(config)
         self.dask_scheduler = dask_scheduler
-        self.workers = workers
         self.force = force

@@ -23,55 +23,30 @@ from dripper.config.refine import RefineStageConfig
 from dripper.config.simplify import SimplifyStageConfig
 from dripper.config.tokenize import TokenizeStageConfig
 
-# The stage configs' defaults (one default per field: dripper.config).
-_SIMPLIFY = SimplifyStageConfig()
-_EXTRACTOR, _EXTRACT_BATCH = ExtractStageConfig.default("extractor"), ExtractStageConfig.default("batch_size")
-_REFINE, _TOKENIZE = RefineStageConfig(), TokenizeStageConfig()
-
 
 class SimplifyBatchOperator(DaskStageOperator):
     """Simplify one batch of shards of a selection (``batch``: an item of the select task's return value;
-    ``selection_root`` defaults to the batch's).
+    ``selection_root`` defaults to the batch's; ``config``: the simplify stage's, of which it reads
+    ``max_payload_bytes``, ``max_page_bytes`` and ``workers``).
 
     Mapped over the batches; each task submits its shards to Dask. Finished shards are skipped.
     Returns ``{"batch", "shards", "written", "skipped", "pages_in", "pages_out", "wall_seconds"}``.
     """
 
     template_fields: Sequence[str] = (
-        "selection_root",
-        "batch",
-        "dask_scheduler",
-        "workers",
-        "max_payload_bytes",
-        "max_page_bytes",
-        "force",
-        "aws_conn_id",
-    )
+        "selection_root", "batch", "config", "dask_scheduler", "force", "aws_conn_id",
+    )  # fmt: skip
+    config_class = SimplifyStageConfig
 
-    def __init__(
-        self,
-        *,
-        batch: Any,
-        selection_root: str | None = None,
-        max_payload_bytes: Any = _SIMPLIFY.max_payload_bytes,
-        max_page_bytes: Any = _SIMPLIFY.max_page_bytes,
-        **kwargs,
-    ):
+    def __init__(self, *, batch: Any, selection_root: str | None = None, **kwargs):
         super().__init__(**kwargs)
         self.batch = batch
         self.selection_root = selection_root
-        self.max_payload_bytes = max_payload_bytes
-        self.max_page_bytes = max_page_bytes
 
     def execute(self, context: Any) -> dict[str, Any]:
         from dripper.runs.corpus import selection_plan, simplify_batch
 
-        config = self.stage_config(
-            SimplifyStageConfig,
-            max_payload_bytes=self.max_payload_bytes,
-            max_page_bytes=self.max_page_bytes,
-            workers=self.workers,
-        )
+        config = self.stage_config()
         root = self.selection_root or self.batch["selection_root"]
         hook = self.hook(root)
         plan = selection_plan(root, hook.storage_options)
@@ -104,46 +79,29 @@ class RecordSimplifyOperator(StorageOperator):
 class ExtractOperator(DaskStageOperator):
     """Run the extract stage: ``{input_root}/simplified/`` → ``{output_root}/extracted/`` with one extractor.
 
-    ``extractor``, ``batch_size`` and ``workers`` are the extract config's fields
-    (:class:`~dripper.config.extract.ExtractStageConfig`; ``extractor``: a spec, as a dict or its shorthand
-    ``NAME=LABELER,key=value``), validated in the task. The extractor's folder, unless ``output_root`` is
+    ``config``: the extract stage's (:class:`~dripper.config.extract.ExtractStageConfig`: ``extractor``, a spec
+    as a dict or its shorthand ``NAME=LABELER,key=value``; ``batch_size``; ``workers``), validated in the task. The extractor's folder, unless ``output_root`` is
     given, is ``{input_root}/extractors/{name}``; the spec is recorded there and a folder holding another
     spec is refused (unless ``force``). Returns the stage report (counts, fallbacks by reason),
     ``output_root``, the extractor's name, labeler and spec.
     """
 
     template_fields: Sequence[str] = (
-        "input_root", "output_root", "extractor", "batch_size", "dask_scheduler", "workers", "force",
-        "aws_conn_id",
+        "input_root", "output_root", "config", "dask_scheduler", "force", "aws_conn_id",
     )  # fmt: skip
+    config_class = ExtractStageConfig
 
-    def __init__(
-        self,
-        *,
-        input_root: str,
-        extractor: Any = _EXTRACTOR,
-        output_root: str | None = None,
-        batch_size: Any = _EXTRACT_BATCH,
-        **kwargs,
-    ):
+    def __init__(self, *, input_root: str, output_root: str | None = None, **kwargs):
         super().__init__(**kwargs)
         self.input_root = input_root
         self.output_root = output_root
-        self.extractor = extractor
-        self.batch_size = batch_size
-
-    def config(self) -> ExtractStageConfig:
-        """The extract config from the rendered values: the spec is parsed here, once."""
-        return self.stage_config(
-            ExtractStageConfig, extractor=self.extractor, batch_size=self.batch_size, workers=self.workers
-        )
 
     def execute(self, context: Any) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowFailException
 
         from dripper.stages.extractor import run_extractor
 
-        config = self.config()
+        config = self.stage_config()  # the spec is parsed here, once
         spec = config.extractor
         output_root = self.output_root or RunStorageHook.extractor_root(self.input_root, spec.name)
         hook = self.hook(self.input_root)
@@ -174,25 +132,21 @@ class ExtractOperator(DaskStageOperator):
 class RefineOperator(StorageOperator):
     """Refine ``{root}/extracted/`` into ``{root}/corpus/`` with datatrove (``dripper.refine``).
 
-    ``steps``, ``tasks``, ``workers`` and ``options`` (more ``RefineConfig`` fields) make the config;
-    tokenization is the tokenize task's. A rerun resumes (finished datatrove tasks are skipped); a changed
+    ``config``: the refine stage's (:class:`~dripper.config.refine.RefineStageConfig`: ``steps``, ``tasks``,
+    ``workers``, ``options``: more ``RefineConfig`` fields); tokenization is the tokenize task's. A rerun resumes (finished datatrove tasks are skipped); a changed
     config is refused unless ``force``. Returns the refinement's counts. ``run_on="slurm"`` submits the
     passes to Slurm through datatrove's ``SlurmPipelineExecutor`` and waits in the triggerer
     (:func:`dripper.airflow.slurm.submit_refine`; ``slurm``: the executor's options).
     """
 
-    template_fields: Sequence[str] = (
-        "root", "steps", "tasks", "workers", "options", "force", "aws_conn_id", "run_on", "slurm",
-    )  # fmt: skip
+    template_fields: Sequence[str] = ("root", "config", "force", "aws_conn_id", "run_on", "slurm")
+    config_class = RefineStageConfig
 
     def __init__(
         self,
         *,
         root: str,
-        steps: Any = tuple(_REFINE.steps),
-        tasks: Any = _REFINE.tasks,
-        workers: Any = _REFINE.workers,
-        options: Any = None,  # more RefineConfig fields
+        config: Any = None,
         force: Any = False,
         run_on: Any = "local",
         slurm: Any = None,
@@ -200,22 +154,16 @@ class RefineOperator(StorageOperator):
     ):
         super().__init__(**kwargs)
         self.root = root
-        self.steps = steps
-        self.tasks = tasks
-        self.workers = workers
-        self.options = options
+        self.config = self.config_values(config)
         self.force = force
         self.run_on = run_on
         self.slurm = slurm
 
-    def config(self) -> dict[str, Any]:
-        """The ``RefineConfig`` dict, its fields validated by the refine stage's config (the CLI's messages)."""
+    def refine_config(self) -> dict[str, Any]:
+        """The ``RefineConfig`` dict of the stage config (validated: the CLI's messages)."""
         from dripper.runs.corpus import refine_config
 
-        steps = None if self.steps is None else [step for step in self.steps if step != "tokenize"]
-        stage = self.stage_config(
-            RefineStageConfig, steps=steps, tasks=self.tasks, workers=self.workers, options=self.options
-        )
+        stage = self.stage_config()
         return refine_config(stage.steps, stage.tasks, stage.workers, stage.options)
 
     def execute(self, context: Any) -> dict[str, Any]:
@@ -234,7 +182,7 @@ class RefineOperator(StorageOperator):
             summary = run_refine(
                 self.root,
                 self.root,
-                self.config(),
+                self.refine_config(),
                 storage_options=hook.storage_options,
                 force=bool(self.force),
             )
@@ -272,37 +220,30 @@ class SlurmRefineOperator(RefineOperator):
 
 class TokenizeOperator(StorageOperator):
     """Tokenize ``{root}/corpus/`` into Megatron ``{root}/tokens/part-NNNNN.bin/.idx`` with a local
-    tokenizer (``tokenizer.json`` or its folder): one token file per corpus file, row-aligned.
+    tokenizer (``config``: the tokenize stage's, :class:`~dripper.config.tokenize.TokenizeStageConfig`): one
+    token file per corpus file, row-aligned.
 
     Skipped (the task shows as skipped) without a tokenizer. Finished files are kept on a rerun; tokens of
     another tokenizer are refused unless ``force``. Returns the tokens summary's counts.
     """
 
-    template_fields: Sequence[str] = ("root", "tokenizer", "eos_token", "force", "aws_conn_id")
+    template_fields: Sequence[str] = ("root", "config", "force", "aws_conn_id")
+    config_class = TokenizeStageConfig
 
-    def __init__(
-        self,
-        *,
-        root: str,
-        tokenizer: Any,
-        eos_token: Any = _TOKENIZE.eos_token,
-        force: Any = False,
-        **kwargs,
-    ):
+    def __init__(self, *, root: str, config: Any = None, force: Any = False, **kwargs):
         super().__init__(**kwargs)
         self.root = root
-        self.tokenizer = tokenizer
-        self.eos_token = eos_token
+        self.config = self.config_values(config)
         self.force = force
 
     def execute(self, context: Any) -> dict[str, Any]:
         from dripper.runs.corpus import tokenize_extractor
 
-        if not self.tokenizer:
+        config = self.stage_config()
+        if not config.tokenizer:
             raise AirflowSkipException(
                 "no tokenizer given: the corpus is not tokenized (set the tokenizer param)"
             )
-        config = self.stage_config(TokenizeStageConfig, tokenizer=self.tokenizer, eos_token=self.eos_token)
         with spawn_without_airflow_main():
             return tokenize_extractor(self.root, str(config.tokenizer), config.eos_token or None,
                                       storage_options=self.hook(self.root).storage_options,

@@ -16,13 +16,11 @@ from dripper.airflow.storage import DEFAULT_AWS_CONN_ID
 from dripper.config.evaluate import EvaluateStageConfig
 from dripper.config.pretrain import PretrainStageConfig
 
-_PRETRAIN = PretrainStageConfig()
-
 # -- long jobs in their own processes ----------------------------------------------------------------------
 
 
 class ModuleJobOperator(StageConfigMixin, BaseOperator):
-    """Run ``python -m {module} {arguments…}`` in a process of its own (training, evaluation, benchmarks).
+    """Run ``python -m {module} {argv…}`` in a process of its own (training, evaluation, benchmarks).
 
     The job's output streams into the task log; killing the task terminates the process. A module that is
     not installed fails the task at once, without retries, saying which stage is missing. The last stdout
@@ -30,21 +28,21 @@ class ModuleJobOperator(StageConfigMixin, BaseOperator):
 
     Args:
         module: The module to run (``pretrain``, ``dripper.eval.extraction``).
-        arguments: Its command-line arguments (templated; ``None`` entries are dropped).
+        argv: Its command-line arguments (templated; ``None`` entries are dropped).
         requires: More modules that must be importable (``megatron.core``, ``torch``).
         stage: What the job is, for messages (``pretraining``).
         launcher: Replaces ``[python, -m]``, e.g. ``["torchrun", "--nproc-per-node", "8", "-m"]``.
         env: Extra environment variables of the process.
     """
 
-    template_fields: Sequence[str] = ("arguments", "env")
+    template_fields: Sequence[str] = ("argv", "env")
     ui_color = "#fdf1e6"
 
     def __init__(
         self,
         *,
         module: str,
-        arguments: Any = (),
+        argv: Any = (),
         requires: Sequence[str] = (),
         stage: str | None = None,
         launcher: Sequence[str] | None = None,
@@ -53,7 +51,7 @@ class ModuleJobOperator(StageConfigMixin, BaseOperator):
     ):
         super().__init__(**kwargs)
         self.module = module
-        self.arguments = arguments
+        self.argv = argv
         self.requires = tuple(requires)
         self.stage = stage or module
         self.launcher = list(launcher) if launcher else None
@@ -81,7 +79,7 @@ class ModuleJobOperator(StageConfigMixin, BaseOperator):
 
     def command(self) -> list[str]:
         launcher = self.launcher or [sys.executable, "-m"]
-        return [*launcher, self.module, *(str(a) for a in (self.arguments or []) if a is not None)]
+        return [*launcher, self.module, *(str(a) for a in (self.argv or []) if a is not None)]
 
     def execute(self, context: Any) -> dict[str, Any]:
         import subprocess
@@ -142,9 +140,9 @@ class PretrainOperator(ModuleJobOperator):
     with ``nproc`` > 1), then export it to Hugging Face format (``python -m dripper.pretrain export``).
 
     ``tokens``: the tokenize task's output (a dict with ``tokens`` and ``root``) or a tokens folder. The run
-    folder is ``{root}/pretrain/{run_name}``; training resumes from its latest checkpoint. The training
-    fields (``model``, ``train_steps``, ``eval_every``, ``device``, ``nproc``, ``extra_arguments``) are
-    :class:`~dripper.config.pretrain.PretrainStageConfig`'s, with its defaults and checks, and the same
+    folder is ``{root}/pretrain/{run_name}``; training resumes from its latest checkpoint. ``config``: the
+    pretrain stage's (:class:`~dripper.config.pretrain.PretrainStageConfig`: ``model``, ``train_steps``,
+    ``eval_every``, ``device``, ``nproc``, ``arguments``), with its defaults and checks, and the same
     command lines as ``dripper run pretrain``: a checkpoint every ``eval_every`` steps, each exported to
     ``hf-checkpoints/``. Returns ``{"run_dir", "hf_dir", "checkpoints", "train": …, "export": …}``.
 
@@ -156,32 +154,16 @@ class PretrainOperator(ModuleJobOperator):
     Airflow's own operator field).
     """
 
-    template_fields: Sequence[str] = (
-        "tokens",
-        "tokenizer",
-        "model",
-        "train_steps",
-        "device",
-        "nproc",
-        "extra_arguments",
-        "run_name",
-        "eval_every",
-        "run_on",
-        "slurm",
-    )
+    template_fields: Sequence[str] = ("tokens", "tokenizer", "config", "run_name", "run_on", "slurm")
+    config_class = PretrainStageConfig
 
     def __init__(
         self,
         *,
         tokens: Any,
         tokenizer: Any,
-        model: Any = _PRETRAIN.model,
-        train_steps: Any = _PRETRAIN.train_steps,
-        device: Any = _PRETRAIN.device,
-        nproc: Any = _PRETRAIN.nproc,
-        extra_arguments: Any = (),
+        config: Any = None,
         run_name: Any = None,
-        eval_every: Any = _PRETRAIN.eval_every,
         run_on: Any = "local",
         slurm: Any = None,
         **kwargs,
@@ -194,13 +176,8 @@ class PretrainOperator(ModuleJobOperator):
         )
         self.tokens = tokens
         self.tokenizer = tokenizer
-        self.model = model
-        self.train_steps = train_steps
-        self.device = device
-        self.nproc = nproc
-        self.extra_arguments = extra_arguments
+        self.config = self.config_values(config)
         self.run_name = run_name
-        self.eval_every = eval_every
         self.run_on = run_on
         self.slurm = slurm
 
@@ -211,7 +188,7 @@ class PretrainOperator(ModuleJobOperator):
             raise AirflowFailException(f"{self.task_id}: run_on={self.run_on!r}: use 'local' or 'slurm'")
         job = self.job()
         self.launcher = job.launcher if self.run_on == "local" else None
-        self.arguments = job.train
+        self.argv = job.train
         if self.run_on == "slurm":
             from dripper.airflow.slurm import submit_pretrain
 
@@ -229,7 +206,7 @@ class PretrainOperator(ModuleJobOperator):
             self.tokens["tokens"] if isinstance(self.tokens, dict) else self.tokens, "tokens folder"
         )
         root = os.path.dirname(tokens.rstrip("/"))
-        return pretrain_job(self.config(), root, tokens, str(self.tokenizer), self.run_name)
+        return pretrain_job(self.stage_config(), root, tokens, str(self.tokenizer), self.run_name)
 
     def execute_slurm_complete(self, context: Any, event: dict[str, Any], **job: Any) -> dict[str, Any]:
         """Resumed when the Slurm training job ended: fail with its log tail, or export as locally."""
@@ -244,22 +221,10 @@ class PretrainOperator(ModuleJobOperator):
         on_kill_cancel(self)
         super().on_kill()
 
-    def config(self) -> PretrainStageConfig:
-        """The rendered fields as a :class:`~dripper.config.pretrain.PretrainStageConfig` (checked)."""
-        return self.stage_config(
-            PretrainStageConfig,
-            model=self.model,
-            train_steps=self.train_steps,
-            eval_every=self.eval_every,
-            device=self.device,
-            nproc=self.nproc,
-            arguments=[str(argument) for argument in self.extra_arguments or ()],
-        )
-
     def _export(self, context: Any, job: Any, train: Any) -> dict[str, Any]:
         from dripper.runs.jobs import pretrain_result
 
-        self.launcher, self.arguments = None, job.export
+        self.launcher, self.argv = None, job.export
         return pretrain_result(job, train, super().execute(context)["result"])
 
 
@@ -317,7 +282,7 @@ class ExtractionBenchmarkOperator(ModuleJobOperator):
         hook = RunStorageHook(self.output_dir, self.aws_conn_id)
         with tempfile.TemporaryDirectory(prefix="extraction-benchmark-") as tmp:
             summary_file, pages_file = os.path.join(tmp, "summary.json"), os.path.join(tmp, "pages.jsonl")
-            self.arguments = extraction_benchmark_arguments(
+            self.argv = extraction_benchmark_arguments(
                 self.data, self.extractors, self.dripper_labelers, self.extractor_specs, self.group_by,
                 self.workers, self.limit, summary_file, pages_file,
             )  # fmt: skip
@@ -337,37 +302,17 @@ class EvaluateOperator(ModuleJobOperator):
 
     ``model``: the pretrain task's output (``hf_dir``, ``checkpoints``, ``run_dir``, ``root``). Scores go to
     ``{root}/eval/{run}/checkpoints/{checkpoint}.json`` and, for the last checkpoint, ``…/scores.json``.
-    Returns ``{"root", "run_dir", "scores", "checkpoint_scores", "mean", "mean_stderr", "categories"}``.
+    ``config``: the evaluate stage's (:class:`~dripper.config.evaluate.EvaluateStageConfig`). Returns ``{"root", "run_dir", "scores", "checkpoint_scores", "mean", "mean_stderr", "categories"}``.
 
     ``run_on="slurm"`` runs the suite as a one-process Slurm job (``slurm``: the fields of
     :class:`dripper.pretrain.slurm.SlurmJobConfig`, e.g. ``{"gpus_per_node": 1, "partition": "h100", "time":
     "02:00:00"}``), awaited in the triggerer like pretraining's; its log goes to ``{root}/eval/{run}/slurm/``.
     """
 
-    template_fields: Sequence[str] = (
-        "model",
-        "suite",
-        "device",
-        "limit",
-        "fixtures",
-        "extra_arguments",
-        "run_on",
-        "slurm",
-    )
+    template_fields: Sequence[str] = ("model", "config", "run_on", "slurm")
+    config_class = EvaluateStageConfig
 
-    def __init__(
-        self,
-        *,
-        model: Any,
-        suite: Any = "local",
-        device: Any = "cpu",
-        limit: Any = None,
-        fixtures: Any = None,
-        extra_arguments: Any = (),
-        run_on: Any = "local",
-        slurm: Any = None,
-        **kwargs,
-    ):
+    def __init__(self, *, model: Any, config: Any = None, run_on: Any = "local", slurm: Any = None, **kwargs):
         super().__init__(
             module="dripper.eval.lm_suite",
             requires=("lm_eval",),
@@ -375,24 +320,9 @@ class EvaluateOperator(ModuleJobOperator):
             **kwargs,
         )
         self.model = model
-        self.suite = suite
-        self.device = device
-        self.limit = limit
-        self.fixtures = fixtures
-        self.extra_arguments = extra_arguments
+        self.config = self.config_values(config)
         self.run_on = run_on
         self.slurm = slurm
-
-    def config(self) -> EvaluateStageConfig:
-        """The rendered fields as an :class:`~dripper.config.evaluate.EvaluateStageConfig` (checked)."""
-        return self.stage_config(
-            EvaluateStageConfig,
-            suite=self.suite,
-            device=self.device,
-            limit=self.limit,
-            fixtures=self.fixtures,
-            arguments=[str(argument) for argument in self.extra_arguments or ()],
-        )
 
     def execute_slurm_complete(self, context: Any, event: dict[str, Any], **job: Any) -> dict[str, Any]:
         """Resumed when the Slurm evaluation job ended: fail with its log tail, or collect the scores."""
@@ -413,14 +343,14 @@ class EvaluateOperator(ModuleJobOperator):
             from airflow.sdk.exceptions import AirflowFailException
 
             raise AirflowFailException(f"{self.task_id}: run_on={self.run_on!r}: use 'local' or 'slurm'")
-        config = self.config()
+        config = self.stage_config()
         run_dir = _local_dir(self.model["run_dir"], "model run")
         run = os.path.basename(run_dir.rstrip("/"))
         models = list(self.model.get("checkpoints") or []) or [self.model["hf_dir"]]
         folders = EvaluationFolders.of(self.model["root"], run)
         os.makedirs(folders.checkpoints, exist_ok=True)
-        self.arguments = suite_arguments(models, config.suite, folders.checkpoints, config.device, config.limit,
-                                         config.fixtures, config.arguments)  # fmt: skip
+        self.argv = suite_arguments(models, config.suite, folders.checkpoints, config.device, config.limit,
+                                    config.fixtures, config.arguments)  # fmt: skip
         if self.run_on == "slurm" and slurm_event is None:
             from dripper.airflow.slurm import submit_module_job
 
@@ -440,23 +370,25 @@ class CheckSuiteOperator(ModuleJobOperator):
     (``python -m dripper.eval.lm_suite --check``), so a missing dataset fails the run before any WARC is read or
     model trained. The failure names the benchmarks and how to make their data available.
 
-    ``extra_arguments``: the evaluation's own (``--fixtures MANIFEST`` is honoured; model options are not
-    used by the check).
+    ``config``: the evaluation's (:class:`~dripper.config.evaluate.EvaluateStageConfig`): its ``suite``,
+    ``fixtures`` and ``arguments`` are the check's (model options are not used by the check).
     """
 
-    template_fields: Sequence[str] = ("suite", "extra_arguments")
+    template_fields: Sequence[str] = ("config",)
+    config_class = EvaluateStageConfig
 
-    def __init__(self, *, suite: Any = "local", extra_arguments: Any = (), **kwargs):
+    def __init__(self, *, config: Any = None, **kwargs):
         super().__init__(
             module="dripper.eval.lm_suite", requires=("lm_eval",), stage="benchmark data check", **kwargs
         )
-        self.suite = suite
-        self.extra_arguments = extra_arguments
+        self.config = self.config_values(config)
 
     def execute(self, context: Any) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-        self.arguments = ["--check", "--suite", self.suite, *(self.extra_arguments or [])]
+        config = self.stage_config()
+        fixtures = ["--fixtures", config.fixtures] if config.fixtures else []
+        self.argv = ["--check", "--suite", config.suite, *fixtures, *config.arguments]
         try:
             return super().execute(context)
         except AirflowException as error:
@@ -531,7 +463,7 @@ class AblationReportOperator(ModuleJobOperator):
         from dripper.runs.jobs import write_report_manifest
 
         files = write_report_manifest(_local_dir(self.output_dir, "report folder"), self.manifest())
-        self.arguments = files.arguments()
+        self.argv = files.arguments()
         super().execute(context)
         extra = {"html": files.html, "markdown": files.markdown, "manifest": files.manifest}
         for outlet in self.outlets:

@@ -231,7 +231,7 @@ def submit_module_job(
     method_name: str = "execute_slurm_complete",
     kwargs: dict[str, Any] | None = None,
 ) -> None:
-    """Submit ``python -m {operator.module} {operator.arguments…}`` as an ``sbatch`` job and defer.
+    """Submit ``python -m {operator.module} {operator.argv…}`` as an ``sbatch`` job and defer.
 
     ``operator.slurm`` holds :class:`dripper.pretrain.slurm.SlurmJobConfig`'s fields; the script and the job's log
     go to ``log_dir``; the job is named ``job_name`` unless the options name it. ``launcher``:
@@ -247,7 +247,7 @@ def submit_module_job(
         os.makedirs(log_dir, exist_ok=True)
         script = slurm_jobs.render_sbatch(
             config,
-            operator.arguments,
+            operator.argv,
             job_name=job_name,
             log_dir=log_dir,
             module=operator.module,
@@ -302,7 +302,7 @@ def submit_refine(operator: Any, context: Any) -> dict[str, Any]:
             f"{operator.task_id}: slurm options {missing} are required (e.g. "
             '{"partition": "cpu", "time": "04:00:00"}), as datatrove\'s SlurmPipelineExecutor needs them'
         )
-    config = {**operator.config(), "executor": "slurm", "executor_options": options}
+    config = {**operator.refine_config(), "executor": "slurm", "executor_options": options}
     storage_options = operator.hook(operator.root).storage_options
     # datatrove calls sbatch with this process's environment (SLURM_CONF, PATH), which sbatch passes on to
     # the jobs: with it the connection's S3 credentials, as the jobs read their pickled pipeline by them.

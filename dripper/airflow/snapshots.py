@@ -16,8 +16,6 @@ from dripper.airflow.base import (
 from dripper.airflow.storage import input_storage_options
 from dripper.config.simplify import SimplifyStageConfig
 
-_SIMPLIFY = SimplifyStageConfig()
-
 # -- cc_snapshot_refresh -----------------------------------------------------------------------------------
 
 
@@ -155,53 +153,32 @@ class SelectWarcsOperator(StorageOperator):
 
         {"crawl_id", "crawl_base", "selection", "selection_root", "warc_files", "shards", "batches"}
 
-    A selection root planned from other files is refused, never mixed.
+    ``config``: the simplify stage's (:class:`~dripper.config.simplify.SimplifyStageConfig`), of which the
+    selection reads ``warc_count`` or ``warc_fraction``, ``seed`` and ``warcs_per_shard``. A selection root
+    planned from other files is refused, never mixed.
     """
 
     template_fields: Sequence[str] = (
-        "crawl_id",
-        "crawl_base",
-        "warc_count",
-        "warc_fraction",
-        "seed",
-        "warcs_per_task",
-        "warcs_per_shard",
-        "storage_root",
-        "aws_conn_id",
-    )
+        "crawl_id", "crawl_base", "config", "warcs_per_task", "storage_root", "aws_conn_id",
+    )  # fmt: skip
+    config_class = SimplifyStageConfig
 
     def __init__(
         self,
         *,
         crawl_id: str,
         crawl_base: str = "s3",
-        warc_count: Any = _SIMPLIFY.warc_count,
-        warc_fraction: Any = _SIMPLIFY.warc_fraction,
-        seed: Any = _SIMPLIFY.seed,
+        config: Any = None,
         warcs_per_task: Any = 2,
-        warcs_per_shard: Any = _SIMPLIFY.warcs_per_shard,
         from_asset_event: bool = True,
         **kwargs,
     ):
         super().__init__(**kwargs)
         self.crawl_id = crawl_id
         self.crawl_base = crawl_base
-        self.warc_count = warc_count
-        self.warc_fraction = warc_fraction
-        self.seed = seed
+        self.config = self.config_values(config)
         self.warcs_per_task = warcs_per_task
-        self.warcs_per_shard = warcs_per_shard
         self.from_asset_event = from_asset_event
-
-    def config(self) -> SimplifyStageConfig:
-        """The selection fields as the simplify stage's config (validated: the CLI's messages)."""
-        return self.stage_config(
-            SimplifyStageConfig,
-            warc_count=self.warc_count,
-            warc_fraction=self.warc_fraction,
-            seed=self.seed,
-            warcs_per_shard=self.warcs_per_shard,
-        )
 
     def _crawl(self, context: Any) -> tuple[str, str]:
         crawl_id, crawl_base = str(self.crawl_id), str(self.crawl_base)
@@ -225,7 +202,7 @@ class SelectWarcsOperator(StorageOperator):
         from dripper.io.snapshots import read_warc_paths, resolve_base
         from dripper.stages.selection import WholeCrawlNotAsked, plan_selection
 
-        config = self.config()  # a bad value fails here, before any listing is read
+        config = self.stage_config()  # a bad value fails here, before any listing is read
         hook = self.hook()
         crawl_id, crawl_base = self._crawl(context)
         base = resolve_base(crawl_base)

@@ -187,6 +187,12 @@ class StageConfig(BaseModel):
         return [name for name in cls.model_fields if cls._meta(name).get("form", True)]
 
     @classmethod
+    def form_templates(cls, *names: str) -> dict[str, str]:
+        """``{field: "{{ params.<form name> }}"}`` for the form fields (all, or ``names``): a task's ``config``
+        rendered from its DAG's form (``render_template_as_native_obj``), read back by :meth:`parse`."""
+        return {name: "{{ params." + cls.form_name(name) + " }}" for name in names or cls.form_field_names()}
+
+    @classmethod
     def from_form(cls, params: Mapping[str, Any], **more: Any) -> StageConfig:
         """The config from a form's params (the fields that form has) and more values."""
         values = {

@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from dripper.config.pretrain import PretrainStageConfig
+
 Precision = Literal["bf16", "fp32"]
 Device = Literal["auto", "cpu", "cuda"]
 
@@ -172,12 +174,12 @@ class TrainConfig:
     out_dir: Path
     data: list[str]
     tokenizer: Path
-    model: str = "tiny"
+    model: str = PretrainStageConfig.default("model")
     data_weights: list[float] | None = None
     seq_length: int | None = None
     micro_batch_size: int = 4
     global_batch_size: int = 4
-    train_steps: int = 20
+    train_steps: int = PretrainStageConfig.default("train_steps")
     lr: float = 3e-3
     min_lr: float = 3e-4
     warmup_steps: int = 2
@@ -187,12 +189,14 @@ class TrainConfig:
     adam_eps: float = 1e-8
     grad_clip: float = 1.0
     seed: int = 1234
-    save_interval: int = 10
+    save_interval: int = PretrainStageConfig.default(
+        "eval_every"
+    )  # the stage checkpoints (and scores) every eval_every
     keep_checkpoints: int = 2
     tensor_parallel: int = 1
     pipeline_parallel: int = 1
     precision: Precision = "fp32"
-    device: Device = "auto"
+    device: Device = PretrainStageConfig.default("device")
     eod_mask_loss: bool = False
     num_workers: int = 0
     exit_at_step: int | None = None

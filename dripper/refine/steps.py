@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from dripper.config.refine import DEFAULT_REFINE_STEPS, REFINE_STEPS
+from dripper.config.refine import DEFAULT_REFINE_STEPS, REFINE_STEPS, RefineStageConfig
 from dripper.hints import did_you_mean
 
 __all__ = [
@@ -319,8 +319,8 @@ class RefineConfig:
     markdown_words: bool = True
     output_format: str = "parquet"
     write_exclusions: bool = True
-    tasks: int = 4
-    workers: int = -1
+    tasks: int = RefineStageConfig.default("tasks")
+    workers: int = RefineStageConfig.default("workers")
     executor: str = "local"
     executor_options: Mapping[str, Any] = field(default_factory=dict)
     start_method: str = "spawn"

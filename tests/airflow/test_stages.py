@@ -114,14 +114,13 @@ def test_refresh_publishes_the_newest_new_crawl_once(tmp_path):
 
 def _select(root: Path, context: FakeContext | None = None, **options) -> tuple[list[dict], FakeContext]:
     context = context or FakeContext()
-    arguments = {
-        "crawl_id": "CC-MAIN-SAMPLE",
-        "crawl_base": str(SAMPLE),
-        "warc_count": 3,
-        "warcs_per_task": 2,
-    }
-    arguments.update(options)
-    batches = SelectWarcsOperator(task_id="select", storage_root=str(root), **arguments).execute(context)
+    arguments = {"crawl_id": "CC-MAIN-SAMPLE", "crawl_base": str(SAMPLE), "warcs_per_task": 2}
+    config = {"warc_count": 3}
+    for name, value in options.items():
+        (arguments if name in arguments else config)[name] = value
+    batches = SelectWarcsOperator(
+        task_id="select", storage_root=str(root), config=config, **arguments
+    ).execute(context)
     return batches, context
 
 
@@ -215,7 +214,9 @@ def test_the_extract_task_refuses_what_the_cli_refuses_with_its_message(tmp_path
 
     from dripper.airflow.stages import ExtractOperator
 
-    task = ExtractOperator(task_id="extract", input_root=str(tmp_path / "run"), workers=0, **values)
+    task = ExtractOperator(
+        task_id="extract", input_root=str(tmp_path / "run"), config={"workers": 0, **values}
+    )
     with pytest.raises(AirflowFailException) as failure:
         task.execute(FakeContext())
     command = [str(Path(sys.executable).parent / "dripper"), "run", "extract", "--input", str(tmp_path / "run"),
@@ -231,7 +232,7 @@ def test_the_evaluate_task_validates_its_config_before_running():
     from dripper.airflow.stages import EvaluateOperator
 
     model = {"run_dir": "/nonexistent", "root": "/nonexistent", "hf_dir": "/nonexistent"}
-    task = EvaluateOperator(task_id="evaluate", model=model, limit=0)
+    task = EvaluateOperator(task_id="evaluate", model=model, config={"limit": 0})
     with pytest.raises(AirflowFailException, match=r"evaluate config: limit: Input should be greater than"):
         task.execute(FakeContext())
 
@@ -259,7 +260,7 @@ def test_simplify_starts_dask_workers_from_a_task_process(tmp_path, monkeypatch)
     monkeypatch.setattr(sys.modules["__main__"], "__spec__", None, raising=False)  # as for a console script
     batches, _ = _select(tmp_path, warc_count=1, warcs_per_task=1)
     result = SimplifyBatchOperator(
-        task_id="simplify", batch=batches[0], storage_root=str(tmp_path), workers=1
+        task_id="simplify", batch=batches[0], storage_root=str(tmp_path), config={"workers": 1}
     ).execute(FakeContext())
     assert (result["shards"], result["written"], result["skipped"]) == (1, 1, 0)
     assert result["pages_out"] in (47, 50, 49)
@@ -279,7 +280,7 @@ def test_tokenize_without_a_tokenizer_is_skipped(tmp_path):
 
     with pytest.raises(AirflowSkipException, match="no tokenizer"):
         TokenizeOperator(
-            task_id="tokenize", root=str(tmp_path), tokenizer=None, storage_root=str(tmp_path)
+            task_id="tokenize", root=str(tmp_path), config={"tokenizer": None}, storage_root=str(tmp_path)
         ).execute(FakeContext())
 
 
@@ -307,7 +308,7 @@ def test_a_job_runs_in_its_own_process_and_returns_its_json(tmp_path):
         )
     )
     env = {"PYTHONPATH": str(tmp_path)}
-    result = ModuleJobOperator(task_id="job", module="toy_job", arguments=["--n", 3, None], env=env).execute(
+    result = ModuleJobOperator(task_id="job", module="toy_job", argv=["--n", 3, None], env=env).execute(
         FakeContext()
     )
     assert result["result"]["args"] == ["--n", "3"]

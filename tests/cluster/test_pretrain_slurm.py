@@ -72,11 +72,13 @@ def test_sbatch_script_for_a_4_node_8_gpu_1b_run(tmp_path, monkeypatch):
         task_id="pretrain",
         tokens={"tokens": str(tokens), "root": str(tmp_path / "root")},
         tokenizer="/models/tokenizer",
-        model="llama-1b",
-        train_steps=60000,
-        device="cuda",
+        config={
+            "model": "llama-1b",
+            "train_steps": 60000,
+            "device": "cuda",
+            "arguments": ["--precision", "bf16", "--micro-batch-size", "8", "--global-batch-size", "512"],
+        },
         run_name="dripper-1b",
-        extra_arguments=["--precision", "bf16", "--micro-batch-size", "8", "--global-batch-size", "512"],
         run_on="slurm",
         slurm={
             "nodes": 4,
@@ -167,13 +169,15 @@ def tiny_operator(corpus, root: Path, run_name: str, partition: str) -> Pretrain
         task_id="pretrain",
         tokens=str(root / "tokens"),
         tokenizer=str(corpus.tokenizer),
-        model="tiny",
-        train_steps=STEPS,
-        eval_every=2,  # a checkpoint every 2 steps, all kept: what a cancelled job resumes from
-        device="cpu",
-        nproc=2,
+        config={
+            "model": "tiny",
+            "train_steps": STEPS,
+            "eval_every": 2,  # a checkpoint every 2 steps, all kept: what a cancelled job resumes from
+            "device": "cpu",
+            "nproc": 2,
+            "arguments": TINY_ARGUMENTS,
+        },
         run_name=run_name,
-        extra_arguments=TINY_ARGUMENTS,
         run_on="slurm",
         slurm={
             "nodes": 1,

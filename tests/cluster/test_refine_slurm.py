@@ -11,6 +11,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowException
 
 from dripper.airflow.corpus import SlurmRefineOperator
+from dripper.config.refine import RefineStageConfig
 from tests.airflow.test_stages import FakeContext
 from tests.cluster.test_pretrain_slurm import run_deferred
 from tests.refine.conftest import extracted_root  # noqa: F401 - the fixture
@@ -49,10 +50,7 @@ def test_refine_on_slurm_equals_local(slurm_cluster, roots, monkeypatch):
     operator = SlurmRefineOperator(
         task_id="refine",
         root=str(slurm_root),
-        steps=STEPS,
-        tasks=2,
-        workers=1,
-        options=OPTIONS,
+        config=RefineStageConfig(steps=STEPS, tasks=2, workers=1, options=OPTIONS),
         slurm={"partition": slurm_cluster.partition, "time": "10:00", "mem_per_cpu_gb": 1, "poll_seconds": 1},
     )
     started = time.perf_counter()
@@ -72,10 +70,7 @@ def test_refine_on_slurm_equals_local(slurm_cluster, roots, monkeypatch):
         SlurmRefineOperator(
             task_id="refine",
             root=str(slurm_root),
-            steps=STEPS,
-            tasks=2,
-            workers=1,
-            options=OPTIONS,
+            config={"steps": STEPS, "tasks": 2, "workers": 1, "options": OPTIONS},
             slurm={"partition": slurm_cluster.partition, "time": "10:00", "mem_per_cpu_gb": 1},
         ),
         FakeContext(),

@@ -43,7 +43,7 @@ def build_dag(dag_id: str, module: str, arguments: list[str], partition: str, lo
         SlurmModuleOperator(
             task_id="job",
             module=module,
-            arguments=arguments,
+            argv=arguments,
             log_dir=log_dir,
             slurm={"partition": partition, "time": "10:00", "poll_seconds": 1},
         )

@@ -86,7 +86,7 @@ def test_unknown_job_is_reported_not_raised(slurm_cluster, slurm_env):
 def test_a_retry_adopts_the_job_still_running_for_its_run(slurm_cluster, slurm_env, tmp_path):
     def attempt():
         operator = ModuleJobOperator(
-            task_id="job", module="timeit", arguments=["-n", "1", "import time; time.sleep(300)"]
+            task_id="job", module="timeit", argv=["-n", "1", "import time; time.sleep(300)"]
         )
         operator.slurm = {"partition": slurm_cluster.partition, "time": "10:00", "poll_seconds": 1}
         with pytest.raises(TaskDeferred) as deferred:
@@ -101,7 +101,7 @@ def test_a_retry_adopts_the_job_still_running_for_its_run(slurm_cluster, slurm_e
         assert attempt() == first
         assert slurm_cluster.job_ids() == [first]
         # Another run folder is another run: a job of its own.
-        other = ModuleJobOperator(task_id="job", module="timeit", arguments=["-n", "1", "pass"])
+        other = ModuleJobOperator(task_id="job", module="timeit", argv=["-n", "1", "pass"])
         other.slurm = {"partition": slurm_cluster.partition, "time": "10:00"}
         with pytest.raises(TaskDeferred) as deferred:
             submit_module_job(

@@ -122,56 +122,58 @@ def test_a_deployment_environment_proposes_other_values(monkeypatch):
     assert ExtractStageConfig().workers == 1  # the config and the CLI keep their default
 
 
-def test_python_api_defaults_are_the_configs():
-    """The stage functions' and options' own defaults, where they name a config field."""
-    from dripper.config.extractor import ExtractorSpec
-    from dripper.pipeline import ExtractOptions
-
-    pairs = [
-        (ExtractOptions(), ExtractStageConfig, ("batch_size",)),
-        (ExtractOptions(), SimplifyStageConfig, ("max_page_bytes",)),
-    ]
-    for options, config, names in pairs:
-        for name in names:
-            assert getattr(options, name) == config.default(name), (type(options).__name__, name)
-    spec = ExtractStageConfig().extractor  # the pipeline's fallback settings are the default spec's
-    assert isinstance(spec, ExtractorSpec) and spec.labeler == ExtractStageConfig.default("extractor")
-    assert (ExtractOptions().fallback, ExtractOptions().fallback_on_empty) == (
-        spec.fallback,
-        spec.fallback_on_empty,
-    )
-
-
-def test_operators_default_to_the_configs():
-    from dripper.airflow.corpus import (
+def _stage_operators():
+    """Each stage's operator, its config and the least it is built with."""
+    from dripper.airflow.stages import (
+        CheckSuiteOperator,
+        EvaluateOperator,
         ExtractOperator,
+        PretrainOperator,
         RefineOperator,
+        SelectWarcsOperator,
         SimplifyBatchOperator,
         TokenizeOperator,
     )
-    from dripper.airflow.jobs import EvaluateOperator, PretrainOperator
-    from dripper.airflow.snapshots import SelectWarcsOperator
 
-    for operator, config in [
-        (SelectWarcsOperator, SimplifyStageConfig),
-        (SimplifyBatchOperator, SimplifyStageConfig),
-        (ExtractOperator, ExtractStageConfig),
-        (RefineOperator, RefineStageConfig),
-        (TokenizeOperator, TokenizeStageConfig),
-        (EvaluateOperator, EvaluateStageConfig),
-        (PretrainOperator, PretrainStageConfig),
-    ]:
-        parameters = inspect.signature(operator.__init__).parameters
-        shared = [name for name in config.model_fields if name in parameters]
-        assert shared, operator.__name__
-        for name in shared:
-            default = parameters[name].default
-            if default is not inspect.Parameter.empty and not (name == "options" and default is None):
-                expected = config.default(name)
-                assert (list(default) if isinstance(expected, list) else default) == expected, (
-                    operator.__name__,
-                    name,
-                )
+    return [
+        (SelectWarcsOperator, SimplifyStageConfig, {"crawl_id": "CC-MAIN-X"}),
+        (SimplifyBatchOperator, SimplifyStageConfig, {"batch": {}}),
+        (ExtractOperator, ExtractStageConfig, {"input_root": "/r"}),
+        (RefineOperator, RefineStageConfig, {"root": "/r"}),
+        (TokenizeOperator, TokenizeStageConfig, {"root": "/r"}),
+        (PretrainOperator, PretrainStageConfig, {"tokens": "/t", "tokenizer": "/k"}),
+        (EvaluateOperator, EvaluateStageConfig, {"model": {}}),
+        (CheckSuiteOperator, EvaluateStageConfig, {}),
+    ]
+
+
+def _arguments(operator) -> set[str]:
+    """Every keyword argument of an operator's own classes (not Airflow's ``BaseOperator``)."""
+    return {
+        name
+        for cls in operator.__mro__
+        if cls.__module__.startswith("dripper.") and "__init__" in vars(cls)
+        for name in inspect.signature(cls.__init__).parameters
+    }
+
+
+def test_stage_operators_take_their_config_as_one_argument():
+    """A stage's operator takes the stage's config as ``config`` (the config, or its values by field name as
+    a form renders them) and no field of it as an argument of its own: the field list is the config's.
+    Without a config the task runs on the config's defaults; a config given as an object comes back equal."""
+    for operator, config, required in _stage_operators():
+        arguments = _arguments(operator)
+        assert operator.config_class is config and "config" in arguments, operator.__name__
+        assert not arguments & set(config.model_fields), (
+            operator.__name__,
+            arguments & set(config.model_fields),
+        )
+        assert operator(task_id="t", **required).stage_config() == config(), operator.__name__
+    given = ExtractStageConfig(extractor="v=cpu,min_confidence=0.5", batch_size=3)
+    task = _stage_operators()[2][0](task_id="t", input_root="/r", config=given)
+    assert task.config == {"extractor": {"name": "v", "labeler": "cpu", "options": {"min_confidence": 0.5}},
+                           "batch_size": 3}  # fmt: skip
+    assert task.stage_config() == given
 
 
 def test_errors_name_the_stage_and_the_field():
@@ -189,9 +191,6 @@ def test_errors_name_the_stage_and_the_field():
 def test_one_name_per_setting(config):
     """No field has a second flag, and no operator argument spells a field another way (``count`` for
     ``warc_count`` was one): the CLI flag is the field's name, the form field its prefixed name."""
-    from dripper.airflow.corpus import ExtractOperator, RefineOperator, SimplifyBatchOperator
-    from dripper.airflow.snapshots import SelectWarcsOperator
-
     parser = _stage_parser(config.stage)
     flags = {flag for action in parser._actions for flag in action.option_strings}
     for name in config.cli_fields():
@@ -201,8 +200,9 @@ def test_one_name_per_setting(config):
         assert "--dask-scheduler" in flags and "--scheduler" not in flags
     spellings = {"count", "fraction", "processes", "max_payload", "max_page", "dask_workers", "labeler"}
     spellings |= {"labeler_model", "labeler_options", "fallback", "fallback_on_empty"}  # in the spec
-    for operator in (SelectWarcsOperator, SimplifyBatchOperator, ExtractOperator, RefineOperator):
-        assert not spellings & set(inspect.signature(operator.__init__).parameters), operator.__name__
+    spellings |= {"extra_arguments", "workers"}  # the configs' arguments and workers
+    for operator, _, _ in _stage_operators():
+        assert not spellings & _arguments(operator), operator.__name__
 
 
 def test_list_flags_take_spaces_or_commas():

@@ -107,9 +107,12 @@ def test_corpus_build_structure(dagbag):
     assert set(dag.params.keys()) == expected
     dag.params.validate()  # every default is valid
     # extract has its own worker count (each worker builds a labeler); simplify uses the Dask one
-    assert dag.get_task("extract").workers == "{{ params.extract_workers }}"
-    assert dag.get_task("extract").extractor == "{{ params.extractor }}"
-    assert dag.get_task("simplify").partial_kwargs["workers"] == "{{ params.simplify_workers }}"
+    assert dag.get_task("extract").config == {
+        "extractor": "{{ params.extractor }}",
+        "batch_size": "{{ params.extract_batch_size }}",
+        "workers": "{{ params.extract_workers }}",
+    }
+    assert dag.get_task("simplify").partial_kwargs["config"]["workers"] == "{{ params.simplify_workers }}"
     for name, bad in [
         ("warc_fraction", 1.5),
         ("warc_count", 0),

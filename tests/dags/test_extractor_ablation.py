@@ -256,8 +256,14 @@ def test_spec_errors_name_the_extractor_and_the_field(ablation):
         AirflowFailException, match=r"extractor 'z': options\.thresold.*did you mean 'threshold'"
     ):
         check(params={"extractors": ["z=cpu,thresold=0.5"]})
-    specs = check(params={"extractors": ["cpu", _vllm_spec("v10", ",answer_format=json")]})
+    with pytest.raises(AirflowFailException, match=r"extract config: batch_size: Input should be greater"):
+        check(params={"extractors": ["cpu"], "extract_batch_size": 0})  # the form's, checked with the specs
+    configs = check(
+        params={"extractors": ["cpu", _vllm_spec("v10", ",answer_format=json")], "extract_workers": 2}
+    )
+    specs = [config["extractor"] for config in configs]  # one extract config per spec, the form's workers
     assert [s["name"] for s in specs] == ["cpu", "v10"] and specs[1]["options"]["answer_format"] == "json"
+    assert [config["workers"] for config in configs] == [2, 2]
 
 
 def test_missing_benchmark_data_names_the_benchmarks_and_the_fix(tmp_path, monkeypatch):
@@ -269,11 +275,11 @@ def test_missing_benchmark_data_names_the_benchmarks_and_the_fix(tmp_path, monke
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-hf-cache"))
     with pytest.raises(AirflowFailException) as failure:
-        CheckSuiteOperator(task_id="check_suite", suite="paper13").execute({})
+        CheckSuiteOperator(task_id="check_suite", config={"suite": "paper13"}).execute({})
     message = str(failure.value)
     for benchmark in ("mmlu", "hellaswag", "boolq"):
         assert benchmark in message
     assert "HF_DATASETS_OFFLINE" in message and "--fixtures" in message
-    assert CheckSuiteOperator(task_id="check_suite", suite="local").execute({})["result"]["tasks"] == {
-        "local_text": "ok"
-    }
+    assert CheckSuiteOperator(task_id="check_suite", config={"suite": "local"}).execute({})["result"][
+        "tasks"
+    ] == {"local_text": "ok"}

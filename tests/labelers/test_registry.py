@@ -82,7 +82,7 @@ def test_a_plugin_labeler_is_usable_by_name_from_a_form(plugin_path, tmp_path):
         "import json, _params; from dripper.airflow.corpus import ExtractOperator; "
         "from dripper.config.extractor import check_labeler_options; "
         "field = _params.extractor_params()['extractor']; "
-        "spec = ExtractOperator(task_id='extract', input_root='/tmp/r', extractor='first').config().extractor; "
+        "spec = ExtractOperator(task_id='extract', input_root='/tmp/r', config={'extractor': 'first'}).stage_config().extractor; "
         "check_labeler_options([spec]); "
         "print(json.dumps([field.schema['examples'], spec.name, spec.labeler]))"
     )
