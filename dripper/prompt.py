@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
+from dripper.hints import did_you_mean
+
 _PLACEHOLDER = "<<<SIMPLIFIED_HTML>>>"
 PROMPT_VERSIONS = ("short_compact", "compact", "v0")
 
@@ -137,5 +139,6 @@ def answer_format(name: str) -> AnswerFormat:
         return ANSWER_FORMATS[name]
     except KeyError:
         raise ValueError(
-            f"unknown answer format {name!r}; choose one of {', '.join(ANSWER_FORMATS)}"
+            f"answer_format {name!r}: choose one of {', '.join(ANSWER_FORMATS)}"
+            + did_you_mean(name, ANSWER_FORMATS, n=1)
         ) from None

@@ -230,20 +230,23 @@ def submit_module_job(
     launcher: str = "torchrun",
     method_name: str = "execute_slurm_complete",
     kwargs: dict[str, Any] | None = None,
+    processes: int = 1,
 ) -> None:
     """Submit ``python -m {operator.module} {operator.argv…}`` as an ``sbatch`` job and defer.
 
     ``operator.slurm`` holds :class:`dripper.pretrain.slurm.SlurmJobConfig`'s fields; the script and the job's log
     go to ``log_dir``; the job is named ``job_name`` unless the options name it. ``launcher``:
-    ``torchrun`` on every node, or ``python`` (one process).
+    ``torchrun`` on every node, or ``python`` (one process). ``processes``: ``torchrun`` processes per CPU
+    node where the options name none (the pretrain config's ``nproc``).
     """
     from airflow.sdk.exceptions import AirflowFailException
 
     try:
         config = slurm_jobs.SlurmJobConfig.from_dict(operator.slurm)
-        nproc = int(getattr(operator, "nproc", 1) or 1)
-        if not config.gpus_per_node and nproc > 1 and config.processes_per_node == 1:
-            config = slurm_jobs.SlurmJobConfig.from_dict({**config.to_dict(), "processes_per_node": nproc})
+        if not config.gpus_per_node and processes > 1 and config.processes_per_node == 1:
+            config = slurm_jobs.SlurmJobConfig.from_dict(
+                {**config.to_dict(), "processes_per_node": processes}
+            )
         os.makedirs(log_dir, exist_ok=True)
         script = slurm_jobs.render_sbatch(
             config,
@@ -279,6 +282,7 @@ def submit_pretrain(operator: Any, context: Any, run_dir: str, root: str) -> Non
         log_dir=os.path.join(run_dir, "slurm"),
         job_name=f"pretrain-{os.path.basename(run_dir.rstrip('/'))}",
         kwargs={"run_dir": run_dir, "root": root},
+        processes=operator.stage_config().nproc,
     )
 
 

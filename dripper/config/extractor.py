@@ -1,8 +1,8 @@
 """Extractor specs: a named labeler with its options and fallback, the unit an ablation compares.
 
 One spec format is read by ``dripper extract --extractor``, ``dripper run extract --extractor``, the
-``extractor_ablation`` DAG and ``python -m dripper.eval.extraction --extractor-spec`` (``corpus_build``'s form builds
-one from its labeler fields, :func:`labeler_spec`)::
+``corpus_build`` and ``extractor_ablation`` forms and ``python -m dripper.eval.extraction --extractor-spec``
+(``--labeler``/``--labeler-option`` build one from its fields, :func:`labeler_spec`)::
 
     cpu                                               # shorthand: the name is the labeler
     qwen=vllm,model=/models/MinerU-HTML,answer_format=json
@@ -14,9 +14,11 @@ sends the pages its labeler is least sure of to a second labeler (:class:`RouteS
     {"name": "casc", "labeler": "cpu", "route": {"labeler": "vllm", "options": {"model": "/m"}, "share": 0.3}}
 
 The name is unique within a run: it names the extractor's folder (``extractors/{name}/``) and its rows in
-the report. Structure is checked here (no heavy import; DAG files may import this module); the option names
-are checked against the labeler's own signature by :func:`check_labeler_options`, which imports the
-labeler registry (in a task or a CLI, not at DAG parse time). Every error names the extractor and the field.
+the report. Structure is checked here (no heavy import; DAG files may import this module); what a labeler
+takes is checked by :func:`check_labeler_options` against the labeler's class, which declares it (its
+signature, ``required_options``, ``check_options``; ``is_lm`` and ``needs_gpu`` say what it runs on), importing
+that labeler's module only (in a task or a CLI, not at DAG parse time). Every error names the extractor and
+the field.
 """
 
 from __future__ import annotations
@@ -35,10 +37,9 @@ from dripper.config.settings import parse_value
 from dripper.hints import did_you_mean
 
 __all__ = [
-    "ANSWER_FORMATS",
     "DEFAULT_FALLBACK",
+    "labeler_is_lm",
     "labeler_spec",
-    "LM_LABELERS",
     "ExtractorSpec",
     "ExtractorSpecError",
     "RouteSpec",
@@ -48,12 +49,6 @@ __all__ = [
     "parse_extractors",
 ]
 
-#: Labelers that run a language model: they need ``model`` and take ``answer_format``.
-LM_LABELERS = ("vllm", "torch", "openai")
-#: ``compact``: MinerU-HTML v1.1 (``<answer>1main2other…</answer>``); ``json``: v1.0 ("Dripper").
-ANSWER_FORMATS = ("compact", "json")
-#: Options each LM labeler cannot run without.
-_REQUIRED_OPTIONS = {"vllm": ("model",), "torch": ("model",), "openai": ("model", "base_url")}
 #: The extractor for pages the labeler cannot label.
 DEFAULT_FALLBACK = "trafilatura"
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
@@ -64,33 +59,29 @@ class ExtractorSpecError(ValueError):
     """An extractor spec that cannot run; the message names the extractor and the field."""
 
 
-def _check_required_options(labeler: str, options: Mapping[str, Any]) -> None:
-    """The options an LM labeler cannot run without, and a known answer format (structure only)."""
-    for option in _REQUIRED_OPTIONS.get(labeler, ()):
-        value = options.get(option)
-        if not isinstance(value, str) or not value.strip():
-            raise ValueError(
-                f"options.{option}: the {labeler} labeler needs {option} "
-                + (
-                    "(a local model folder or a Hugging Face id in the cache)"
-                    if option == "model"
-                    else "(the server's URL, http://host:port/v1)"
-                )
-            )
-    answer_format = options.get("answer_format")
-    if answer_format is not None and answer_format not in ANSWER_FORMATS:
-        raise ValueError(
-            f"options.answer_format: {answer_format!r} is not one of {', '.join(ANSWER_FORMATS)}"
-            + did_you_mean(answer_format, ANSWER_FORMATS, n=1)
-        )
-
-
 def _labeler_needs_gpu(labeler: str, options: Mapping[str, Any], gpu: bool | None) -> bool:
+    """``gpu`` where given, else what the labeler's class says for these options (``False`` for a labeler
+    that cannot be imported here: an import path that exists on the workers only)."""
     if gpu is not None:
         return gpu
-    if labeler == "vllm":
-        return True
-    return labeler == "torch" and str(options.get("device", "auto")) != "cpu"
+    factory = _labeler_class(labeler)
+    needs_gpu = getattr(factory, "needs_gpu", None)
+    return bool(needs_gpu(options)) if callable(needs_gpu) else False
+
+
+def labeler_is_lm(labeler: str) -> bool:
+    """Whether the labeler is a language model: its class says so (``is_lm``; imports that labeler's module)."""
+    return bool(getattr(_labeler_class(labeler), "is_lm", False))
+
+
+def _labeler_class(labeler: str) -> Any:
+    """The labeler's class (or factory), imported by the registry (that labeler's module only), or ``None``."""
+    from dripper.config.labelers import labeler_factory
+
+    try:
+        return labeler_factory(labeler)
+    except KeyError:
+        return None
 
 
 class RouteSpec(BaseModel):
@@ -133,7 +124,6 @@ class RouteSpec(BaseModel):
                 "give exactly one of share (the least sure share of the pages, e.g. 0.3) and below "
                 f"(a routing score threshold, e.g. 0.9); got {'both' if self.share is not None else 'neither'}"
             )
-        _check_required_options(self.labeler, self.options)
         return self
 
     @property
@@ -184,14 +174,10 @@ class ExtractorSpec(BaseModel):
     def _none_spelled_out(cls, value: Any) -> Any:
         return None if value in ("none", "") else value
 
-    @model_validator(mode="after")
-    def _lm_options(self) -> ExtractorSpec:
-        _check_required_options(self.labeler, self.options)
-        return self
-
     @property
     def is_lm(self) -> bool:
-        return self.labeler in LM_LABELERS
+        """Whether its labeler is a language model (:func:`labeler_is_lm`)."""
+        return labeler_is_lm(self.labeler)
 
     @property
     def needs_gpu(self) -> bool:
@@ -340,6 +326,12 @@ def _check_labeler(name: str, field: str, labeler: str, options: Mapping[str, An
         factory = labeler_factory(labeler)  # imports that labeler's module only
     except KeyError as error:
         raise ExtractorSpecError(f"extractor {name!r}: {field}labeler: {error.args[0]}") from None
+    for option, what in (getattr(factory, "required_options", None) or {}).items():
+        value = options.get(option)
+        if not isinstance(value, str) or not value.strip():
+            raise ExtractorSpecError(
+                f"extractor {name!r}: {field}options.{option}: the {labeler} labeler needs {option} ({what})"
+            )
     parameters = inspect.signature(factory).parameters
     if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
         for option in options:

@@ -210,11 +210,11 @@ def lm_cost(
     labeler = (route or {}).get("labeler") or spec.get("labeler")
     if labeler is None:
         return None
-    from dripper.config.extractor import LM_LABELERS
+    from dripper.config.extractor import labeler_is_lm
 
     extracted = ((run_summary or {}).get("stages") or {}).get("extracted") or {}
     counters = extracted.get("counters") or {}
-    cost: dict[str, Any] = {"lm": labeler if (route or labeler in LM_LABELERS) else None}
+    cost: dict[str, Any] = {"lm": labeler if (route or labeler_is_lm(labeler)) else None}
     if route:
         pages = extracted.get("pages_out") or counters.get("route:pages_scored")
         routed = counters.get("route:pages_routed")

@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from dripper.config.labelers import (
     BUILTIN_LABELERS,
@@ -120,6 +120,10 @@ class BlockLabeler(ABC):
     name: str = "base"
     needs_block_text: bool = True
     """Whether the labeler reads :attr:`Block.text` (an LM reads the Simplified HTML only)."""
+    is_lm: ClassVar[bool] = False
+    """Whether it is a language model: its pages are the LM share of a run (the ablation report's cost)."""
+    required_options: ClassVar[Mapping[str, str]] = {}
+    """Options it cannot run without, each with what to give: checked with the spec, before any shard."""
 
     def __init__(self) -> None:
         self.stats = LabelerStats()
@@ -128,6 +132,11 @@ class BlockLabeler(ABC):
     def check_options(cls, options: Mapping[str, Any]) -> None:
         """Raise ``ValueError`` for option values the labeler would refuse, without building it (no model
         loaded, no engine started): run specs are checked before any shard runs. Names are checked apart."""
+
+    @classmethod
+    def needs_gpu(cls, options: Mapping[str, Any]) -> bool:
+        """Whether a worker running it with ``options`` needs a GPU (its extract tasks then ask for one)."""
+        return False
 
     @abstractmethod
     def label_batch(self, requests: Sequence[LabelRequest]) -> list[Labels]:

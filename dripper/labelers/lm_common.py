@@ -17,20 +17,38 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from dripper.labelers.base import LabelRequest, Labels
+from dripper.labelers.base import BlockLabeler, LabelRequest, Labels
 from dripper.labelers.lm_prompts import SYSTEM_PROMPT, PromptRenderer, window_html
 from dripper.labelers.lm_tokens import token_bytes_table
-from dripper.prompt import AnswerFormat, AnswerParseError
+from dripper.prompt import AnswerFormat, AnswerParseError, answer_format
 
 logger = logging.getLogger(__name__)
 # Windows are packed by summed block token counts; the exact count differs a little.
 _WINDOW_MARGIN_TOKENS = 16
+
+
+class LMLabeler(BlockLabeler):
+    """Base of the language-model labelers (vLLM, torch, an OpenAI-compatible server): they read the
+    Simplified HTML only, need a ``model``, and take an ``answer_format`` the spec checks before any shard."""
+
+    needs_block_text = False
+    is_lm = True
+    required_options = {"model": "a local model folder or a Hugging Face id in the cache"}
+
+    @classmethod
+    def check_options(cls, options: Mapping[str, Any]) -> None:
+        if options.get("answer_format") is not None:
+            answer_format(str(options["answer_format"]))  # raises with the known formats
+
+    @classmethod
+    def needs_gpu(cls, options: Mapping[str, Any]) -> bool:
+        return True
 
 
 def install_hint(package: str, extra: str) -> str:

@@ -23,11 +23,11 @@ import asyncio
 import random
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dripper.labelers.base import BlockLabeler, LabelRequest, Labels, register_labeler
-from dripper.labelers.lm_common import LMAnswer, LMCall, install_hint, open_local_model
+from dripper.labelers.base import LabelRequest, Labels, register_labeler
+from dripper.labelers.lm_common import LMAnswer, LMCall, LMLabeler, install_hint, open_local_model
 from dripper.labelers.lm_prompts import SYSTEM_PROMPT
 from dripper.labelers.lm_tokens import label_margins
 from dripper.prompt import answer_format as get_answer_format
@@ -36,7 +36,7 @@ _RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 
 
 @register_labeler("openai")
-class OpenAILabeler(BlockLabeler):
+class OpenAILabeler(LMLabeler):
     """Labels blocks through an OpenAI-compatible completions server.
 
     Args:
@@ -58,7 +58,14 @@ class OpenAILabeler(BlockLabeler):
     """
 
     name = "openai"
-    needs_block_text = False
+    required_options = {
+        **LMLabeler.required_options,
+        "base_url": "the server's URL, http://host:port/v1",
+    }
+
+    @classmethod
+    def needs_gpu(cls, options: Mapping[str, Any]) -> bool:
+        return False  # the server has the GPU; the extract worker only sends requests
 
     def __init__(
         self,

@@ -8,10 +8,11 @@ block. torch and transformers are imported when the labeler is built.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from dripper.labelers.base import BlockLabeler, LabelRequest, Labels, build_labeler, register_labeler
-from dripper.labelers.lm_common import open_local_model, stop_token_ids
+from dripper.labelers.lm_common import LMLabeler, open_local_model, stop_token_ids
 from dripper.labelers.lm_prompts import SYSTEM_PROMPT
 from dripper.labelers.lm_tokens import TokenVocabulary
 from dripper.labelers.torch_decoder import ConstrainedDecoder, EngineOptions
@@ -20,7 +21,7 @@ from dripper.prompt import answer_format as get_answer_format
 
 
 @register_labeler("torch")
-class TorchLabeler(BlockLabeler):
+class TorchLabeler(LMLabeler):
     """Labels blocks with :class:`ConstrainedDecoder` on a local transformers model.
 
     Args:
@@ -36,7 +37,10 @@ class TorchLabeler(BlockLabeler):
     """
 
     name = "torch"
-    needs_block_text = False
+
+    @classmethod
+    def needs_gpu(cls, options: Mapping[str, Any]) -> bool:
+        return str(options.get("device", "auto")) != "cpu"  # auto takes CUDA where there is one
 
     def __init__(
         self,

@@ -19,8 +19,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from dripper.labelers.base import BlockLabeler, LabelRequest, Labels, register_labeler
-from dripper.labelers.lm_common import LMAnswer, LMCall, open_local_model
+from dripper.labelers.base import LabelRequest, Labels, register_labeler
+from dripper.labelers.lm_common import LMAnswer, LMCall, LMLabeler, open_local_model
 from dripper.labelers.lm_prompts import SYSTEM_PROMPT
 from dripper.labelers.lm_tokens import label_margins
 from dripper.prompt import answer_format as get_answer_format
@@ -50,7 +50,7 @@ def _engine_core_in_process_if_daemon() -> None:
 
 
 @register_labeler("vllm")
-class VLLMLabeler(BlockLabeler):
+class VLLMLabeler(LMLabeler):
     """Labels blocks with vLLM's offline engine.
 
     Args:
@@ -66,7 +66,6 @@ class VLLMLabeler(BlockLabeler):
     """
 
     name = "vllm"
-    needs_block_text = False
 
     def __init__(
         self,

@@ -52,13 +52,6 @@ def test_named_specs_with_options_in_every_form():
 @pytest.mark.parametrize(
     ("value", "message"),
     [
-        (
-            "x=vllm,model=/m,answer_format=compakt",
-            r"extractor 'x': options\.answer_format: 'compakt' is not one of compact, json; did you mean 'compact'",
-        ),
-        ("y=vllm", r"extractor 'y': options\.model: the vllm labeler needs model"),
-        ("z=torch,model=", r"extractor 'z': options\.model"),
-        ("o=openai,model=/m", r"extractor 'o': options\.base_url: the openai labeler needs base_url"),
         ("f=cpu,fallback=readability", r"extractor 'f': fallback: Input should be 'trafilatura' or 'empty'"),
         ("has space=cpu", r"extractor 'has space': name: String should match pattern"),
         ("n=cpu,novalue", r"extractor 'n': 'novalue' is not KEY=VALUE"),
@@ -93,6 +86,13 @@ def test_option_names_are_checked_against_the_labeler():
         ("c=cpu,decision=vote", r"extractor 'c': options: decision 'vote': choose one of"),
         ("c=cpu,min_page_confidence=1.5", r"extractor 'c': options: min_page_confidence 1.5: need"),
         ("c=cpu,threshold=0", r"extractor 'c': options: threshold 0.0: need a probability in \(0, 1\)"),
+        (
+            "x=vllm,model=/m,answer_format=compakt",
+            r"extractor 'x': options: answer_format 'compakt': choose one of compact, json; did you mean 'compact'",
+        ),
+        ("y=vllm", r"extractor 'y': options\.model: the vllm labeler needs model \(a local model folder"),
+        ("z=torch,model=", r"extractor 'z': options\.model: the torch labeler needs model"),
+        ("o=openai,model=/m", r"extractor 'o': options\.base_url: the openai labeler needs base_url"),
     ],
 )
 def test_option_values_are_checked_before_any_shard_runs(value, message):
@@ -117,8 +117,8 @@ def test_spec_files(tmp_path):
         "  - v10=vllm,model=/models/v1.0,answer_format=json\n"
     )
     assert [s.name for s in load_extractor_file(tmp_path / "ok.yaml")] == ["cpu", "v11", "v10"]
-    (tmp_path / "bad.json").write_text(json.dumps([{"name": "v", "labeler": "vllm", "options": {}}]))
-    with pytest.raises(ExtractorSpecError, match=r"bad\.json: extractor 'v': options\.model"):
+    (tmp_path / "bad.json").write_text(json.dumps([{"name": "v", "labeler": "vllm", "fallback": "x"}]))
+    with pytest.raises(ExtractorSpecError, match=r"bad\.json: extractor 'v': fallback"):
         load_extractor_file(tmp_path / "bad.json")
 
 
@@ -205,7 +205,6 @@ def test_a_cascade_spec_in_its_json_form():
         ({"labeler": "oracle", "share": 0}, r"route\.share: Input should be greater than 0"),
         ({"labeler": "oracle", "share": 1.5}, r"route\.share: Input should be less than or equal to 1"),
         ({"labeler": "oracle", "below": -1}, r"route\.below: Input should be greater than or equal to 0"),
-        ({"labeler": "vllm", "share": 0.3}, r"route\.options\.model: the vllm labeler needs model"),
         ({"labeler": "oracle", "share": 0.3, "budget": 1}, r"route\.budget: Extra inputs are not permitted"),
     ],
 )
@@ -215,6 +214,10 @@ def test_cascade_errors_name_the_route_field(route, message):
 
 
 def test_a_route_labeler_is_checked_like_the_first():
+    with pytest.raises(
+        ExtractorSpecError, match=r"'casc': route\.options\.model: the vllm labeler needs model"
+    ):
+        check_labeler_options([parse_extractor({**CASCADE, "route": {"labeler": "vllm", "share": 0.3}})])
     with pytest.raises(ExtractorSpecError, match=r"'casc': route\.labeler: unknown labeler 'orcle'.*oracle"):
         check_labeler_options([parse_extractor({**CASCADE, "route": {"labeler": "orcle", "share": 0.3}})])
     with pytest.raises(ExtractorSpecError, match=r"'casc': route\.options\.thresold: .*'threshold'"):

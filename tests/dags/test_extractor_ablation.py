@@ -245,7 +245,7 @@ def test_spec_errors_name_the_extractor_and_the_field(ablation):
 
     check = ablation.get_task("check_extractors").python_callable
     with pytest.raises(
-        AirflowFailException, match=r"extractor 'x': options\.answer_format: 'compakt'.*'compact'"
+        AirflowFailException, match=r"extractor 'x': options: answer_format 'compakt'.*'compact'"
     ):
         check(params={"extractors": ["cpu", "x=vllm,model=/m,answer_format=compakt"]})
     with pytest.raises(

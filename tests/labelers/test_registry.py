@@ -92,6 +92,26 @@ def test_a_plugin_labeler_is_usable_by_name_from_a_form(plugin_path, tmp_path):
     assert "first" in examples and (name, labeler) == ("first", "first")
 
 
+def test_a_labeler_class_declares_what_its_spec_is_checked_for():
+    """Required options, option values, GPU and LM are the class's (no table by labeler name): a labeler
+    given by import path is checked and placed by what its class declares."""
+    from dripper.config.extractor import ExtractorSpecError, check_labeler_options, parse_extractor
+
+    path = "dripper.labelers.lm_common:LMLabeler"  # the LM labelers' base: model required, answer format
+    assert parse_extractor(f"x={path},model=/m").is_lm and parse_extractor(f"x={path},model=/m").needs_gpu
+    with pytest.raises(
+        ExtractorSpecError, match=r"extractor 'v': options\.model: the vllm labeler needs model"
+    ):
+        check_labeler_options([parse_extractor("v=vllm")])
+    with pytest.raises(ExtractorSpecError, match=r"answer_format 'jsn': choose one of compact, json"):
+        check_labeler_options([parse_extractor("t=torch,model=/m,answer_format=jsn")])
+    assert not parse_extractor("t=torch,model=/m,device=cpu").needs_gpu  # torch on CPU: a CPU worker
+    assert not parse_extractor("o=openai,model=m,base_url=http://h/v1").needs_gpu  # the server has the GPU
+    assert parse_extractor("o=openai,model=m,base_url=http://h/v1").is_lm
+    assert not parse_extractor("cpu").is_lm and not parse_extractor("cpu").needs_gpu
+    assert not parse_extractor("x=no_such_module:Labeler").needs_gpu  # may exist on the workers only
+
+
 def test_unknown_names_and_import_paths():
     with pytest.raises(KeyError, match=r"unknown labeler 'orcale'.*did you mean 'oracle'"):
         labeler_factory("orcale")
