@@ -75,14 +75,14 @@ class StageConfigMixin:
 
     @staticmethod
     def config_values(config: Any) -> Any:
-        """What ``config`` holds as a template field: a config's values as JSON (the field names it was given),
+        """What ``config`` holds as a template field: a config's values as JSON (the fields it was given),
         anything else as given (a mapping of values or templates, a template, an XCom reference)."""
         if isinstance(config, StageConfig):
             return config.model_dump(mode="json", exclude_unset=True)
         return config
 
     def stage_config(self, **values: Any) -> StageConfig:
-        """The stage's config from the rendered ``config`` and ``values`` (the task's own), validated by pydantic.
+        """The stage's config from the rendered ``config`` and ``values`` (the task's own), validated.
 
         A value the config refuses fails the task at once (a retry cannot fix it) with the message the CLI
         gives for the same value. ``None`` (an empty form field, rendered natively) leaves the config's

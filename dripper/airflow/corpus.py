@@ -79,11 +79,11 @@ class RecordSimplifyOperator(StorageOperator):
 class ExtractOperator(DaskStageOperator):
     """Run the extract stage: ``{input_root}/simplified/`` → ``{output_root}/extracted/`` with one extractor.
 
-    ``config``: the extract stage's (:class:`~dripper.config.extract.ExtractStageConfig`: ``extractor``, a spec
-    as a dict or its shorthand ``NAME=LABELER,key=value``; ``batch_size``; ``workers``), validated in the task. The extractor's folder, unless ``output_root`` is
-    given, is ``{input_root}/extractors/{name}``; the spec is recorded there and a folder holding another
-    spec is refused (unless ``force``). Returns the stage report (counts, fallbacks by reason),
-    ``output_root``, the extractor's name, labeler and spec.
+    ``config``: the extract stage's (:class:`~dripper.config.extract.ExtractStageConfig`: ``extractor``, a
+    spec as a dict or its shorthand ``NAME=LABELER,key=value``; ``batch_size``; ``workers``), validated in
+    the task. The extractor's folder, unless ``output_root`` is given, is ``{input_root}/extractors/{name}``;
+    the spec is recorded there and a folder holding another spec is refused (unless ``force``). Returns the
+    stage report (counts, fallbacks by reason), ``output_root``, the extractor's name, labeler and spec.
     """
 
     template_fields: Sequence[str] = (
@@ -133,10 +133,11 @@ class RefineOperator(StorageOperator):
     """Refine ``{root}/extracted/`` into ``{root}/corpus/`` with datatrove (``dripper.refine``).
 
     ``config``: the refine stage's (:class:`~dripper.config.refine.RefineStageConfig`: ``steps``, ``tasks``,
-    ``workers``, ``options``: more ``RefineConfig`` fields); tokenization is the tokenize task's. A rerun resumes (finished datatrove tasks are skipped); a changed
-    config is refused unless ``force``. Returns the refinement's counts. ``run_on="slurm"`` submits the
-    passes to Slurm through datatrove's ``SlurmPipelineExecutor`` and waits in the triggerer
-    (:func:`dripper.airflow.slurm.submit_refine`; ``slurm``: the executor's options).
+    ``workers``, ``options``: more ``RefineConfig`` fields); tokenization is the tokenize task's. A rerun
+    resumes (finished datatrove tasks are skipped); a changed config is refused unless ``force``. Returns the
+    refinement's counts. ``run_on="slurm"`` submits the passes to Slurm through datatrove's
+    ``SlurmPipelineExecutor`` and waits in the triggerer (:func:`dripper.airflow.slurm.submit_refine`;
+    ``slurm``: the executor's options).
     """
 
     template_fields: Sequence[str] = ("root", "config", "force", "aws_conn_id", "run_on", "slurm")
