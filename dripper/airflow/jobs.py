@@ -302,7 +302,8 @@ class EvaluateOperator(ModuleJobOperator):
 
     ``model``: the pretrain task's output (``hf_dir``, ``checkpoints``, ``run_dir``, ``root``). Scores go to
     ``{root}/eval/{run}/checkpoints/{checkpoint}.json`` and, for the last checkpoint, ``…/scores.json``.
-    ``config``: the evaluate stage's (:class:`~dripper.config.evaluate.EvaluateStageConfig`). Returns ``{"root", "run_dir", "scores", "checkpoint_scores", "mean", "mean_stderr", "categories"}``.
+    ``config``: the evaluate stage's (:class:`~dripper.config.evaluate.EvaluateStageConfig`). Returns
+    ``{"root", "run_dir", "scores", "checkpoint_scores", "mean", "mean_stderr", "categories"}``.
 
     ``run_on="slurm"`` runs the suite as a one-process Slurm job (``slurm``: the fields of
     :class:`dripper.pretrain.slurm.SlurmJobConfig`, e.g. ``{"gpus_per_node": 1, "partition": "h100", "time":
