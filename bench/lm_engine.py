@@ -10,8 +10,9 @@ no vLLM, no network):
    ``.cache/bench/lm_calls.json.gz``.
 2. ``python bench/lm_engine.py`` (CUDA): builds a model with Qwen3-0.6B's exact architecture (or, with
    ``--arch hunyuan``, HunYuan-0.5B's: HunYuanDenseV1, the v1.1 weights', with Qwen's vocabulary; random
-   bf16 weights, shaped like a labeler by ``scripts/make_tiny_models.shape_label_preferences`` so its labels
-   vary and are whole words), then reports, in the same run, pages/s, prompt and answer tokens/s, forward
+   bf16 weights: the stand-in of ``bench/lm_standin.py``, by default steered toward the oracle's answers so
+   the engine runs at a trained labeler's acceptance rate, checked on a warm-up before each engine),
+   then reports, in the same run, pages/s, prompt and answer tokens/s, forward
    passes per page, peak GPU memory, the model FLOPs done and achieved FLOP/s (MFU against the GPU's bf16
    peak) of the ``torch`` engine (speculation on and off), of transformers ``generate`` with the same
    constraint (greedy, KV cache, a logits processor) on ``--plain-pages``, and of vLLM's offline engine
@@ -19,7 +20,9 @@ no vLLM, no network):
 
 ``--tiny`` runs the same path on CPU with a 2-layer model (hidden 128): there model compute is negligible,
 so it shows engine overheads and forward passes per page against blocks per page. If the calls file is
-missing, the run prepares it first (that needs the HTML stack).
+missing, the run prepares it first (that needs the HTML stack). ``--stand-in-check`` builds the stand-in
+at Qwen3-0.6B's width and vocabulary on CPU and labels 3 short pages (one JSON line, exit 1 when it fails).
+The prompts and label helpers live in ``bench/lm_calls.py``, the stand-in in ``bench/lm_standin.py``.
 
 Every result is one JSON line on stdout (and appended to ``--output``, so a killed run keeps what it measured);
 an engine that fails is reported as ``{"engine": …, "error": …}`` and the run goes on. ``bench/gpu_suite.py``
@@ -30,20 +33,41 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import gzip
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "scripts")]
+sys.path[:0] = [str(REPO), str(REPO / "scripts"), str(REPO / "bench")]
+
+from lm_calls import (  # noqa: E402
+    BenchCalls,
+    agreement_share,
+    answer_labels,
+    default_source,
+    label_runs,
+    load_calls,
+    main_share,
+    prepare,
+    runs_per_page,
+)
+from lm_standin import (  # noqa: E402 - after the path set-up, as bench scripts are run as files
+    CHECK_SHAPE,
+    SHAPES,
+    STAND_INS,
+    TINY_SHAPE,
+    OracleSteering,
+    OracleTargets,
+    build_model,
+    check_warmup,
+    oracle_logits,
+    train_on_oracle,
+)
 
 CALLS_FILE = REPO / ".cache" / "bench" / "lm_calls.json.gz"
-TOKENIZER_DIR = REPO / ".cache" / "models" / "qwen-tokenizer"
 # Dense bf16 peak FLOP/s by device name (the first that matches).
 PEAK_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10": 125e12}
 _OUTPUT: list[Path] = []
@@ -59,263 +83,7 @@ def emit(record: dict) -> None:
             out.write(line + "\n")
 
 
-# -- step 1: prompts ----------------------------------------------------------------------------------
-
-
-def default_source() -> Path:
-    dev = REPO.parent / "shared" / "data" / "dev.jsonl.gz"
-    return dev if dev.exists() else REPO / "data" / "sample" / "pages.jsonl.gz"
-
-
-def prepare(source: Path, context: int, calls_file: Path, limit: int = 0) -> dict:
-    """Prompts of ``source``'s pages as token ids, windowed to ``context``; returns the prompt statistics."""
-    from dripper.labelers.base import LabelRequest
-    from dripper.labelers.lm_common import CallPlanner, load_tokenizer
-    from dripper.labelers.lm_prompts import PromptRenderer
-    from dripper.prompt import answer_format
-    from dripper.simplify import SimplifyOptions, simplify_html
-    from dripper.types import Page
-
-    tokenizer = load_tokenizer(TOKENIZER_DIR)
-    renderer = PromptRenderer(tokenizer, answer_format("compact"))
-    planners = {size: CallPlanner(renderer, size) for size in sorted({8192, 32768, context})}
-    requests, raw_tokens, simplified_tokens = [], 0, 0
-    with gzip.open(source, "rt", encoding="utf-8") as lines:
-        for index, line in enumerate(lines):
-            if limit and index >= limit:
-                break
-            record = json.loads(line)
-            html = record["html"]
-            page = simplify_html(html, str(index), None, SimplifyOptions(block_text=True))
-            raw_tokens += len(tokenizer(html, add_special_tokens=False, verbose=False)["input_ids"])
-            simplified_tokens += len(tokenizer(page.simplified_html, add_special_tokens=False)["input_ids"])
-            if page.n_blocks:
-                ground_truth = record.get("ground_truth_text") or None
-                requests.append(LabelRequest(Page(str(index), "", ground_truth=ground_truth), page))
-    planned = {size: planner.plan(requests) for size, planner in planners.items()}
-    oracle, drafts, route_keys = page_labels(requests)
-    lengths = planners[context].stats.prompt_lengths  # the whole-page prompt of every labellable page
-    stats = {
-        "source": source.name,
-        "pages": len(requests),
-        "prompt_tokens_mean": round(statistics.mean(lengths)),
-        "prompt_tokens_median": round(statistics.median(lengths)),
-        "prompt_tokens_max": max(lengths),
-        "blocks_mean": round(statistics.mean(r.simplified.n_blocks for r in requests), 1),
-        "simplified_share_of_raw_html_tokens": round(simplified_tokens / max(raw_tokens, 1), 4),
-    }
-    for size in (8192, 32768):
-        stats[f"pages_over_{size // 1024}k"] = sum(length > size for length in lengths)
-        stats[f"windowed_pages_at_{size // 1024}k"] = planners[size].stats.windowed_pages
-        stats[f"windows_at_{size // 1024}k"] = planners[size].stats.windows
-        stats[f"failed_pages_at_{size // 1024}k"] = len(planned[size][1])
-    calls, failures = planned[context]
-    calls_file.parent.mkdir(parents=True, exist_ok=True)
-    with gzip.open(calls_file, "wt", encoding="utf-8") as out:
-        json.dump(
-            {
-                "source": source.name,
-                "context": context,
-                "pages": len(requests),
-                "failed_pages": len(failures),
-                "calls": [
-                    {
-                        "page": call.page,
-                        "first_block": call.first_block,
-                        "n_blocks": call.n_blocks,
-                        "oracle": _window(oracle[call.page], call),
-                        "cpu_draft": _window(drafts[call.page], call),
-                        "cpu_route": route_keys[call.page],
-                        "prompt_ids": call.prompt_ids,
-                        "regex": call.regex,
-                        "max_tokens": call.max_tokens,
-                    }
-                    for call in calls
-                ],
-            },
-            out,
-        )
-    stats["pages_with_oracle_labels"] = sum(labels is not None for labels in oracle)
-    stats["calls_file"] = str(calls_file)
-    stats["context"] = context
-    stats["calls"] = len(calls)
-    return stats
-
-
-def page_labels(requests) -> tuple[list, list, list[tuple[bool, float | None]]]:
-    """Per page: the ``oracle`` labels (full-text ground truth only; training targets for ``--train-steps``),
-    the ``cpu`` labeler's labels (drafts for ``speculation=draft``; ``None`` where there are none) and
-    its cascade routing key ``(declined, score)``, which ``--routed-share`` ranks pages by."""
-    from dripper.labelers import build_labeler
-    from dripper.routing import route_score
-
-    def main_or_none(labels) -> list[bool] | None:
-        return list(labels.main) if labels.main is not None else None
-
-    oracle = [main_or_none(labels) for labels in build_labeler("oracle").label_batch(requests)]
-    cpu = build_labeler("cpu").label_batch(requests)
-    keys = [(labels.main is None, route_score(labels)) for labels in cpu]
-    return oracle, [main_or_none(labels) for labels in cpu], keys
-
-
-def _window(labels: list[bool] | None, call) -> list[bool] | None:
-    return labels[call.first_block : call.first_block + call.n_blocks] if labels is not None else None
-
-
-@dataclasses.dataclass
-class BenchCalls:
-    """The prepared calls: those benchmarked and the rest (training data for ``--train-steps``).
-
-    ``drafts`` and ``oracle`` run parallel to ``calls``: the CPU labeler's and the oracle's labels of each
-    call's blocks (``None`` where a page has none).
-    """
-
-    source: str
-    context: int
-    calls: list
-    drafts: list
-    oracle: list
-    held_out: list[dict]
-
-
-def load_calls(
-    calls_file: Path, pages: int, max_prompt_tokens: int, routed_share: float | None = None
-) -> BenchCalls:
-    """The prepared calls as :class:`LMCall`, the first ``pages`` pages whose windows all fit the limit.
-
-    With ``routed_share``, only the pages a cascade of that share would send to the LM, chosen among the
-    prepared pages by the same rule as the pipeline's (:func:`dripper.routing.select_routed`: the
-    pages the CPU labeler declined, then its least confident), before ``pages`` applies.
-    """
-    from dripper.labelers.lm_common import LMCall
-    from dripper.routing import RoutePolicy, select_routed
-
-    with gzip.open(calls_file, "rt", encoding="utf-8") as lines:
-        bundle = json.load(lines)
-    if "first_block" not in bundle["calls"][0]:
-        raise SystemExit(f"{calls_file} predates oracle labels and drafts: run --prepare again")
-    longest: dict[int, int] = {}
-    for call in bundle["calls"]:
-        longest[call["page"]] = max(longest.get(call["page"], 0), len(call["prompt_ids"]))
-    keep = sorted(
-        page for page, length in longest.items() if not max_prompt_tokens or length <= max_prompt_tokens
-    )
-    if routed_share is not None:
-        if "cpu_route" not in bundle["calls"][0]:
-            raise SystemExit(f"{calls_file} predates the CPU labeler's routing keys: run --prepare again")
-        route = {call["page"]: tuple(call["cpu_route"]) for call in bundle["calls"]}
-        chosen_pages = select_routed([route[page] for page in keep], RoutePolicy(share=routed_share))
-        keep = sorted(keep[i] for i in chosen_pages)
-    keep = set(keep[:pages] if pages else keep)
-    chosen = [c for c in bundle["calls"] if c["page"] in keep]
-    return BenchCalls(
-        source=bundle["source"],
-        context=bundle["context"],
-        calls=[
-            LMCall(
-                c["page"], c["first_block"], c["n_blocks"], "", c["prompt_ids"], c["regex"], c["max_tokens"]
-            )
-            for c in chosen
-        ],
-        drafts=[c["cpu_draft"] for c in chosen],
-        oracle=[c["oracle"] for c in chosen],
-        held_out=[c for c in bundle["calls"] if c["page"] not in keep],
-    )
-
-
 # -- step 2: engines ----------------------------------------------------------------------------------
-
-
-# (hidden, layers, query heads, KV heads, MLP) of the released models, and of the 2-layer CPU stand-in.
-SHAPES = {
-    "qwen3": (1024, 28, 16, 8, 3072),  # Qwen3-0.6B (v1.0 weights), head_dim 128
-    "hunyuan": (1024, 24, 16, 8, 3584),  # HunYuan-0.5B (v1.1 weights), head_dim 128
-}
-TINY_SHAPE = (128, 2, 2, 1, 256)
-
-
-def build_model(tiny: bool, device: str, digit_scale: float, arch: str = "qwen3"):
-    """Qwen3-0.6B's or HunYuan-0.5B's architecture (or a 2-layer one) with random weights shaped like a labeler.
-
-    Both take Qwen's vocabulary (the prompts are Qwen token ids); HunYuan's own is 120,818 tokens, so its
-    embedding and head are larger here than in the release, its layers the same.
-    """
-    import torch
-    from make_tiny_models import ARCHITECTURES, causal_lm, shape_label_preferences, vary_query_key_norms
-
-    from dripper.labelers.lm_common import load_tokenizer
-
-    tokenizer = load_tokenizer(TOKENIZER_DIR)
-    hidden, layers, heads, kv_heads, mlp = TINY_SHAPE if tiny else SHAPES[arch]
-    config = ARCHITECTURES[arch](hidden, layers, heads=heads, kv_heads=kv_heads, intermediate=mlp)
-    config.initializer_range = 0.05
-    config.tie_word_embeddings = False  # the label shaping needs its own head rows (0.16 B more parameters)
-    config._attn_implementation = "sdpa"  # transformers' generate on the same attention kernels as ours
-    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
-    torch.manual_seed(0)
-    with torch.device(device):
-        model = causal_lm(config)(config).to(dtype).eval()
-    # Whole-word labels, as a trained labeler writes them; how often they switch follows digit_scale.
-    shape_label_preferences(model, tokenizer, partial_labels=False, digit_scale=digit_scale)
-    if arch == "hunyuan":  # uneven query/key norm weights: their order against RoPE matters, as when trained
-        vary_query_key_norms(model)
-    return model, tokenizer
-
-
-def train_on_oracle(model, tokenizer, examples: list[dict], steps: int, max_tokens: int, device: str) -> dict:
-    """A few steps of teacher forcing on oracle answers, so the model labels like a labeler: in runs.
-
-    A random model's labels switch at random; a trained labeler's follow the page, where main content comes
-    in long runs of blocks. That is what speculation gains from, so the CPU run trains the tiny model
-    briefly on pages that are not benchmarked (``examples``: prepared calls with oracle labels). The loss
-    is on answer tokens only; the LM head runs on those positions only.
-    """
-    import random
-
-    import torch
-
-    from dripper.prompt import answer_format
-
-    answers = answer_format("compact")
-    pool = [c for c in examples if c["oracle"] is not None and len(c["prompt_ids"]) <= max_tokens]
-    if not pool:
-        raise SystemExit("--train-steps: no held-out calls with oracle labels (prepare from dev pages)")
-    stop = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    # Most blocks are "other": without weighting, a few steps teach the tiny model to say "other" always.
-    main_token = tokenizer.convert_tokens_to_ids("main")
-    main_share = sum(sum(c["oracle"]) for c in pool) / sum(len(c["oracle"]) for c in pool)
-    main_weight = min((1 - main_share) / max(main_share, 1e-6), 20.0)
-    rng = random.Random(0)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.0)
-    model.train()
-    losses = []
-    started = time.perf_counter()
-    for _ in range(steps):
-        call = rng.choice(pool)
-        answer = tokenizer(answers.format_labels(call["oracle"]), add_special_tokens=False)["input_ids"]
-        ids = torch.tensor([call["prompt_ids"] + answer + [stop]], device=device)
-        start = len(call["prompt_ids"]) - 1  # the position that predicts the first answer token
-        hidden = model.model(input_ids=ids).last_hidden_state[0, start:-1]
-        targets = ids[0, start + 1 :]
-        weights = torch.where(targets == main_token, main_weight, 1.0)
-        token_losses = torch.nn.functional.cross_entropy(
-            model.lm_head(hidden).float(), targets, reduction="none"
-        )
-        loss = (token_losses * weights).sum() / weights.sum()
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-    model.eval()
-    tail = losses[-max(len(losses) // 10, 1) :]
-    return {
-        "trained_steps": steps,
-        "training_pool_calls": len(pool),
-        "main_label_weight": round(main_weight, 2),
-        "first_loss": round(losses[0], 3),
-        "final_loss": round(statistics.mean(tail), 3),
-        "training_seconds": round(time.perf_counter() - started, 1),
-    }
 
 
 def flops_per_token(config, context: float) -> float:
@@ -421,11 +189,16 @@ def run_torch_engine(
     device: str,
     peak,
     sequential: bool = False,
+    stand_in: str = "shaped",
+    targets: OracleTargets | None = None,
 ):
     """Our engine on every call, after a warm-up on two; returns the answer tokens (stop ids dropped).
 
-    ``sequential``: through transformers' own forward one sequence at a time (:class:`SequentialRunner`, the
-    path of architectures the slot runner does not cover) instead of the batched slot cache.
+    The warm-up checks the stand-in (:func:`lm_standin.check_warmup`) and stops the run with the reason
+    when it does not answer as a labeler would. With ``targets`` the runner is steered toward the oracle
+    answers (the ``oracle`` stand-in). ``sequential``: through transformers' own forward one sequence at a
+    time (:class:`SequentialRunner`, the path of architectures the slot runner does not cover) instead of
+    the batched slot cache. Progress goes to stderr every 10 s.
     """
     from dripper.labelers.torch_decoder import ConstrainedDecoder, EngineOptions
     from dripper.labelers.torch_runners import SequentialRunner
@@ -437,52 +210,78 @@ def run_torch_engine(
     engine = ConstrainedDecoder(model, vocabulary, answer_format("compact"), options)
     if sequential:
         engine.runner = SequentialRunner(model)
+    if targets is not None:
+        engine.runner = OracleSteering(engine.runner, model, targets)
     name = (
         f"torch (sequential runner, speculation={speculation})"
         if sequential
         else f"torch (speculation={speculation})"
     )
+    warm_calls = calls[:2]
     with Timer(device) as warm:
-        engine.run(calls[:2])  # warm-up: kernels, allocator
+        warm_answers = engine.run(
+            warm_calls, drafts[:2] if drafts is not None else None
+        )  # kernels, allocator
     # At once, so a run cut off later still says what two calls cost (the first GPU run stalled unexplained).
     emit(
         {
             "warmup_of": name,
-            "warmup_calls": len(calls[:2]),
-            "warmup_prompt_tokens": sum(len(call.prompt_ids) for call in calls[:2]),
+            "warmup_calls": len(warm_calls),
+            "warmup_prompt_tokens": sum(len(call.prompt_ids) for call in warm_calls),
             "warmup_seconds": round(warm.seconds, 3),
             "warmup_forward_passes": engine.stats.forward_passes,
             "warmup_answer_tokens": engine.stats.answer_tokens,
+            "warmup_failures": sum(answer.failure is not None for answer in warm_answers),
         }
     )
+    warm_labels = [answer_labels(answer, call) for answer, call in zip(warm_answers, warm_calls, strict=True)]
+    try:
+        emit(check_warmup(stand_in, warm_answers, warm_calls, bench.oracle[:2], warm_labels))
+    except SystemExit as error:
+        emit({"engine": name, "stand_in_error": str(error)})
+        raise
     engine.stats = type(engine.stats)()
     with Timer(device) as timer:
-        answers = engine.run(calls, drafts)
-    labels = [_labels(answer, call) for answer, call in zip(answers, calls, strict=True)]
+        answers = engine.run(calls, drafts, progress=_progress_printer(name))
+    labels = [answer_labels(answer, call) for answer, call in zip(answers, calls, strict=True)]
     stats = engine.stats
     pages = len({call.page for call in calls})
+    passes = sum(answer.forward_passes or 0 for answer in answers)  # per sequence, batching aside
     report(
         name,
         model,
         calls,
         timer,
         stats.answer_tokens,
-        sum(answer.forward_passes or 0 for answer in answers),  # per sequence, batching aside
+        passes,
         peak,
+        forward_passes_per_block=round(passes / max(sum(call.n_blocks for call in calls), 1), 3),
         batched_steps=stats.forward_passes,
         decisions_per_page=round(stats.decisions / pages, 1),
-        main_share=round(_main_share(answers), 3),
-        label_runs_per_page=round(sum(_runs(blocks) for blocks in labels) / pages, 1),
-        oracle_agreement=_agreement_share(labels, bench.oracle),
-        draft_agreement=_agreement_share(labels, drafts) if drafts is not None else None,
+        main_share=round(main_share(answers), 3),
+        label_runs_per_page=round(sum(label_runs(blocks) for blocks in labels) / pages, 1),
+        oracle_agreement=agreement_share(labels, bench.oracle),
+        draft_agreement=agreement_share(labels, drafts) if drafts is not None else None,
         draft_acceptance=round(stats.accepted_draft_tokens / max(stats.draft_tokens, 1), 3),
         failures=sum(answer.failure is not None for answer in answers),
+        failure_reasons=sorted({answer.failure for answer in answers if answer.failure})[:3],
+        stand_in=stand_in,
     )
     return [_without_stops(answer.token_ids or [], vocabulary) for answer in answers]
 
 
-def run_plain_generate(model, vocabulary, calls, device: str, peak):
-    """transformers ``generate`` (greedy, KV cache, one call at a time) with the same constraint."""
+def _progress_printer(name: str):
+    """Engine progress as JSON lines on stderr (stdout keeps the results), so a slow run shows it lives."""
+
+    def show(progress) -> None:
+        print(json.dumps({"progress_of": name, **progress.as_dict()}), file=sys.stderr, flush=True)
+
+    return show
+
+
+def run_plain_generate(model, vocabulary, calls, device: str, peak, targets: OracleTargets | None = None):
+    """transformers ``generate`` (greedy, KV cache, one call at a time) with the same constraint (and, with
+    ``targets``, the same steering as our engine's runner)."""
     import torch
     from transformers import LogitsProcessor, LogitsProcessorList
 
@@ -508,12 +307,15 @@ def run_plain_generate(model, vocabulary, calls, device: str, peak):
 
     def generate(call):
         ids = torch.tensor([call.prompt_ids], device=device)
+        processors = [RegexConstraint(call.regex, ids.shape[1])]
+        if targets is not None:
+            processors.insert(0, oracle_logits(targets, model, call.prompt_ids))
         output = model.generate(
             ids,
             attention_mask=torch.ones_like(ids),
             max_new_tokens=call.max_tokens,
             do_sample=False,
-            logits_processor=LogitsProcessorList([RegexConstraint(call.regex, ids.shape[1])]),
+            logits_processor=LogitsProcessorList(processors),
             eos_token_id=vocabulary.stop_ids,
             pad_token_id=vocabulary.stop_ids[0],
         )
@@ -566,48 +368,6 @@ def run_vllm(model, tokenizer, vocabulary, calls, context: int, device: str, pea
     answer_tokens = sum(len(answer.token_ids or []) for answer in answers)
     report("vllm (offline engine)", model, calls, timer, answer_tokens, None, peak)
     return outputs
-
-
-def _main_share(answers) -> float:
-    text = "".join(answer.text for answer in answers)
-    return text.count("main") / max(text.count("main") + text.count("other"), 1)
-
-
-def _labels(answer, call) -> list[bool] | None:
-    from dripper.prompt import AnswerParseError, answer_format
-
-    try:
-        return answer_format("compact").parse(answer.text, call.n_blocks) if answer.failure is None else None
-    except AnswerParseError:
-        return None
-
-
-def _runs(labels: list[bool] | None) -> int:
-    """Runs of equal labels (1 + label switches)."""
-    return 1 + sum(a != b for a, b in zip(labels, labels[1:], strict=False)) if labels else 0
-
-
-def _runs_per_page(calls, labels: list) -> float | None:
-    """Mean runs of equal labels per page, over the pages whose every call has ``labels``."""
-    runs: dict[int, int] = {}
-    missing = set()
-    for call, blocks in zip(calls, labels, strict=True):
-        if blocks is None:
-            missing.add(call.page)
-        runs[call.page] = runs.get(call.page, 0) + _runs(blocks)
-    kept = [count for page, count in runs.items() if page not in missing]
-    return round(sum(kept) / len(kept), 1) if kept else None
-
-
-def _agreement_share(labels: list, reference: list) -> float | None:
-    """Share of blocks whose label equals ``reference``'s, over calls where both exist."""
-    pairs = [
-        (a, b)
-        for mine, theirs in zip(labels, reference, strict=True)
-        if mine is not None and theirs is not None
-        for a, b in zip(mine, theirs, strict=True)
-    ]
-    return round(sum(a == b for a, b in pairs) / len(pairs), 3) if pairs else None
 
 
 def _without_stops(tokens: list[int], vocabulary) -> list[int]:
@@ -687,12 +447,26 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="only the shipped engine (torch, speculation=previous): no generate baseline, no ablations",
     )
+    parser.add_argument(
+        "--stand-in",
+        choices=STAND_INS,
+        default="oracle",
+        help="oracle: steered toward the oracle answers (a trained labeler's acceptance rate); shaped: the "
+        "random model alone",
+    )
+    parser.add_argument(
+        "--stand-in-check",
+        action="store_true",
+        help="CPU: the stand-in at Qwen3-0.6B's width and vocabulary (2 layers) on 3 short pages; one JSON line",
+    )
     parser.add_argument("--output", type=Path, help="also append the result lines to this file")
     args = parser.parse_args(argv)
     _OUTPUT[:] = [args.output] if args.output else []
     _TAG.clear()
     if args.tag:
         _TAG["run"] = args.tag
+    if args.stand_in_check:
+        return stand_in_check(args)
     if args.prepare or not args.calls.exists():
         emit(
             {
@@ -726,13 +500,22 @@ def main(argv: list[str] | None = None) -> int:
             "routed_share": args.routed_share,
             "prompt_tokens_per_page": round(sum(len(c.prompt_ids) for c in calls) / max(len(pages), 1)),
             # How a good labeler's labels run on these pages (speculation's best case), for reference.
-            "oracle_label_runs_per_page": _runs_per_page(calls, bench.oracle),
-            "cpu_labeler_runs_per_page": _runs_per_page(calls, bench.drafts),
+            "oracle_label_runs_per_page": runs_per_page(calls, bench.oracle),
+            "cpu_labeler_runs_per_page": runs_per_page(calls, bench.drafts),
         }
     )
     started = time.perf_counter()
-    model, tokenizer = build_model(args.tiny, device, args.digit_scale, args.arch)
+    model, tokenizer = build_model(
+        TINY_SHAPE if args.tiny else SHAPES[args.arch], device, args.digit_scale, args.arch
+    )
     vocabulary = vocabulary_for(tokenizer, model)
+    steering = {"stand_in": args.stand_in, "targets": None}
+    if args.stand_in == "oracle":
+        if not any(labels is not None for labels in bench.oracle):
+            raise SystemExit(
+                "--stand-in oracle: no call has oracle labels (prepare from pages with ground truth)"
+            )
+        steering["targets"] = OracleTargets(tokenizer, vocabulary, calls, bench.oracle)
     config = model.config
     embedding = config.vocab_size * config.hidden_size * 2  # input embedding and LM head (untied)
     emit(
@@ -770,6 +553,7 @@ def main(argv: list[str] | None = None) -> int:
             args.max_batch,
             device,
             peak,
+            **steering,
         )
         if args.shipped_only:
             return 0
@@ -783,6 +567,7 @@ def main(argv: list[str] | None = None) -> int:
                 [calls[i] for i in chosen],
                 device,
                 peak,
+                steering["targets"],
             )
             reference = [speculative[i] for i in chosen] if speculative is not None else None
             agreement("transformers generate + constraint", reference, generated)
@@ -796,6 +581,7 @@ def main(argv: list[str] | None = None) -> int:
             args.max_batch,
             device,
             peak,
+            **steering,
         )
         agreement("torch (speculation=none)", speculative, plain)
         if any(draft is not None for draft in bench.drafts):
@@ -809,6 +595,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.max_batch,
                 device,
                 peak,
+                **steering,
             )
             agreement("torch (speculation=draft)", speculative, drafted)
         if args.sequential_pages:
@@ -832,10 +619,18 @@ def main(argv: list[str] | None = None) -> int:
                 device,
                 peak,
                 True,
+                **steering,
             )
             reference = [speculative[i] for i in chosen] if speculative is not None else None
             agreement("torch (sequential runner, speculation=previous)", reference, one_by_one)
-    if not args.no_vllm:
+    if not args.no_vllm and args.stand_in == "oracle":
+        emit(
+            {
+                "engine": "vllm",
+                "skipped": "the oracle stand-in steers our runner; run vLLM with --stand-in shaped",
+            }
+        )
+    elif not args.no_vllm:
         served = guarded(
             "vllm (offline engine)",
             run_vllm,
@@ -851,14 +646,69 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def guarded(name: str, run, *args):
-    """``run(*args)``, or ``None`` after emitting the error: on a one-shot GPU run one failing engine must
-    not cost the others' figures."""
+def guarded(name: str, run, *args, **kwargs):
+    """``run(*args, **kwargs)``, or ``None`` after emitting the error: on a one-shot GPU run one failing
+    engine must not cost the others' figures (a stand-in that fails its warm-up check stops the run)."""
     try:
-        return run(*args)
+        return run(*args, **kwargs)
     except Exception as error:  # noqa: BLE001 - reported, and the run goes on
         emit({"engine": name, "error": f"{type(error).__name__}: {error}"[:2000]})
         return None
+
+
+def stand_in_check(args) -> int:
+    """``--stand-in-check``: does the stand-in answer like a labeler at Qwen3-0.6B's width? CPU, seconds.
+
+    Prepares the first ``--source-limit`` (12) source pages, keeps 3 whose prompts fit 4,096 tokens, builds
+    the stand-in at 1024 wide x 2 layers with the real 151,936-token vocabulary and labels them with the
+    shipped engine options; prints one JSON line. Exit status 1 when a call fails or the engine needs more
+    than 0.5 forward passes per block (the design point is ~0.28).
+    """
+    import torch
+
+    from dripper.labelers.torch_decoder import ConstrainedDecoder, EngineOptions
+    from dripper.prompt import answer_format
+
+    torch.set_num_threads(args.threads or 1)
+    with tempfile.TemporaryDirectory(prefix="dripper-stand-in-check-") as folder:
+        calls_file = Path(folder) / "calls.json.gz"
+        prepare(args.source or default_source(), args.context, calls_file, args.source_limit or 12)
+        bench = load_calls(calls_file, args.pages or 3, args.max_prompt_tokens or 4096)
+    pages = len({call.page for call in bench.calls})
+    if pages < 3:
+        raise SystemExit(f"--stand-in-check: only {pages} pages fit; raise --source-limit")
+    started = time.perf_counter()
+    model, tokenizer = build_model(CHECK_SHAPE, "cpu", args.digit_scale)
+    vocabulary = vocabulary_for(tokenizer, model)
+    built = time.perf_counter() - started
+    engine = ConstrainedDecoder(model, vocabulary, answer_format("compact"), EngineOptions())
+    if args.stand_in == "oracle":
+        engine.runner = OracleSteering(
+            engine.runner, model, OracleTargets(tokenizer, vocabulary, bench.calls, bench.oracle)
+        )
+    started = time.perf_counter()
+    answers = engine.run(bench.calls, progress=_progress_printer("stand-in check"))
+    seconds = time.perf_counter() - started
+    labels = [answer_labels(answer, call) for answer, call in zip(answers, bench.calls, strict=True)]
+    blocks = sum(call.n_blocks for call in bench.calls)
+    passes = sum(answer.forward_passes or 0 for answer in answers)
+    result = {
+        "stand_in_check": args.stand_in,
+        "hidden_size": model.config.hidden_size,
+        "layers": model.config.num_hidden_layers,
+        "vocab_size": model.config.vocab_size,
+        "pages": pages,
+        "calls": len(bench.calls),
+        "blocks": blocks,
+        "failures": sum(answer.failure is not None for answer in answers),
+        "failure_reasons": sorted({answer.failure for answer in answers if answer.failure})[:3],
+        "forward_passes_per_block": round(passes / max(blocks, 1), 3),
+        "oracle_agreement": agreement_share(labels, bench.oracle),
+        "seconds": round(seconds, 2),
+        "model_built_seconds": round(built, 1),
+    }
+    emit(result)
+    return 0 if result["failures"] == 0 and result["forward_passes_per_block"] <= 0.5 else 1
 
 
 if __name__ == "__main__":

@@ -21,14 +21,15 @@ Logits are computed only for allowed tokens (a few rows of the LM head). CPU in 
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from dripper.labelers.lm_common import LMAnswer, LMCall
 from dripper.labelers.lm_tokens import AnswerAutomaton, TokenVocabulary, label_margins
-from dripper.labelers.torch_runners import SequentialRunner, SlotRunner
+from dripper.labelers.torch_runners import SequentialRunner, SlotRunner, to_device
 from dripper.prompt import AnswerFormat
 
 # Architectures whose decoder layers SlotRunner reproduces exactly (tests compare with transformers).
@@ -47,18 +48,45 @@ class EngineOptions:
         max_batch: Sequences decoded together.
         kv_cache_tokens: KV-cache capacity in tokens over all slots (``None``: 1/2 of free GPU memory, or
             2**20 tokens on CPU).
+        max_passes_per_block: A call's forward-pass budget is ``16 + max_passes_per_block × blocks``; a call
+            that has not closed its answer by then ends as a recorded failure (its page goes to the
+            fallback). The default, 3, is ten times the design point (~0.28 per block with speculation)
+            and still covers decoding without speculation (one decision per label, two or three where a
+            model spells labels in pieces). ``None``: only ``max_tokens`` bounds a call.
+        call_deadline_s: Wall-clock seconds a call may take from its prefill; past it the call ends as a
+            recorded failure. ``None``: no deadline.
+        cuda_graphs: On CUDA, replay decode steps from CUDA graphs captured per padded shape (batch, width
+            and attention span rounded up to buckets); a capture that fails falls back to eager steps.
+        progress_every_s: How often :meth:`ConstrainedDecoder.run` reports progress to its callback.
     """
 
     speculation: str = "previous"
     max_draft_tokens: int = 32
     max_batch: int = 32
     kv_cache_tokens: int | None = None
+    max_passes_per_block: float | None = 3.0
+    call_deadline_s: float | None = None
+    cuda_graphs: bool = True
+    progress_every_s: float = 10.0
 
     def __post_init__(self) -> None:
         if self.speculation not in ("previous", "draft", "none"):
             raise ValueError(f"speculation must be previous, draft or none, got {self.speculation!r}")
         if self.max_draft_tokens < 0 or self.max_batch < 1:
             raise ValueError("max_draft_tokens must be >= 0 and max_batch >= 1")
+        if self.max_passes_per_block is not None and self.max_passes_per_block <= 0:
+            raise ValueError("max_passes_per_block must be > 0 (or None)")
+        if self.call_deadline_s is not None and self.call_deadline_s <= 0:
+            raise ValueError("call_deadline_s must be > 0 (or None)")
+
+    def pass_budget(self, n_blocks: int) -> int | None:
+        """Forward passes a call of ``n_blocks`` blocks may take (``None``: unbounded but for max_tokens)."""
+        if self.max_passes_per_block is None:
+            return None
+        return _BUDGET_BASE_PASSES + math.ceil(self.max_passes_per_block * n_blocks)
+
+
+_BUDGET_BASE_PASSES = 16  # the prefill, the answer's opening and closing decisions, and slack
 
 
 @dataclass
@@ -78,6 +106,29 @@ class EngineStats:
     def as_dict(self) -> dict[str, Any]:
         return {
             key: round(value, 4) if isinstance(value, float) else value for key, value in vars(self).items()
+        }
+
+
+@dataclass(frozen=True)
+class EngineProgress:
+    """Where a :meth:`ConstrainedDecoder.run` stands: sent to its ``progress`` callback."""
+
+    calls_done: int
+    calls: int
+    failures: int
+    forward_passes: int
+    prompt_tokens: int
+    answer_tokens: int
+    seconds: float
+
+    def as_dict(self) -> dict[str, Any]:
+        seconds = max(self.seconds, 1e-9)
+        return {
+            **vars(self),
+            "seconds": round(self.seconds, 2),
+            "forward_passes_per_s": round(self.forward_passes / seconds, 2),
+            "prompt_tokens_per_s": round(self.prompt_tokens / seconds),
+            "answer_tokens_per_s": round(self.answer_tokens / seconds, 1),
         }
 
 
@@ -105,6 +156,8 @@ class _Row:
     label_tokens: dict[str, list[int]] = field(default_factory=dict)  # how the model spells each label
     draft_labels: list[bool] | None = None
     forward_passes: int = 0
+    pass_budget: int | None = None
+    deadline: float | None = None  # time.monotonic() past which the call fails
     done: bool = False
     failure: str | None = None
 
@@ -132,9 +185,11 @@ class ConstrainedDecoder:
         self.device = next(model.parameters()).device
         self.lm_head = model.get_output_embeddings().weight
         self.stats = EngineStats()
+        self._token_sets: dict[tuple[int, ...], Any] = {}  # allowed sets' ids, on the device
+        self._progress: Callable[[EngineProgress], None] | None = None
         self._word_defaults = {word: self._spell(word) for word in ("main", "other")}
         if getattr(model.config, "model_type", "") in _SLOT_MODEL_TYPES:
-            self.runner: Any = SlotRunner(model, options.max_draft_tokens + 64)
+            self.runner: Any = SlotRunner(model, options.max_draft_tokens + 64, options.cuda_graphs)
         else:
             self.runner = SequentialRunner(model)
 
@@ -155,10 +210,26 @@ class ConstrainedDecoder:
     # -- public ------------------------------------------------------------------------------------
 
     def run(
-        self, calls: Sequence[LMCall], draft_labels: Sequence[list[bool] | None] | None = None
+        self,
+        calls: Sequence[LMCall],
+        draft_labels: Sequence[list[bool] | None] | None = None,
+        progress: Callable[[EngineProgress], None] | None = None,
     ) -> list[LMAnswer]:
-        """Decode every call; one :class:`LMAnswer` per call, in order."""
+        """Decode every call; one :class:`LMAnswer` per call, in order.
+
+        ``progress`` is called every ``options.progress_every_s`` seconds and once at the end, so a long
+        run can be told from a stuck one.
+        """
         started = time.perf_counter()
+        self._progress, self._run_started, self._last_report = progress, started, started
+        self._run_counts = {
+            "calls": len(calls),
+            "done": 0,
+            "failures": 0,
+            "passes": 0,
+            "prompt": 0,
+            "answer": 0,
+        }
         rows = []
         for index, call in enumerate(calls):
             automaton = AnswerAutomaton(call.regex, self.vocabulary)
@@ -172,34 +243,81 @@ class ConstrainedDecoder:
                 self._run_group(group)
         self.stats.calls += len(calls)
         self.stats.seconds += time.perf_counter() - started
+        self._report(force=True)
+        self._progress = None
         return [self._answer(row) for row in rows]
+
+    def _report(self, force: bool = False) -> None:
+        if self._progress is None:
+            return
+        now = time.perf_counter()
+        if not force and now - self._last_report < self.options.progress_every_s:
+            return
+        self._last_report = now
+        counts = self._run_counts
+        self._progress(
+            EngineProgress(
+                calls_done=counts["done"],
+                calls=counts["calls"],
+                failures=counts["failures"],
+                forward_passes=counts["passes"],
+                prompt_tokens=counts["prompt"],
+                answer_tokens=counts["answer"],
+                seconds=now - self._run_started,
+            )
+        )
+
+    def _finish(self, rows: list[_Row]) -> None:
+        """Count the rows that ended in the last pass (for progress)."""
+        for row in rows:
+            if row.done:
+                self._run_counts["done"] += 1
+                self._run_counts["failures"] += row.failure is not None
+                self._run_counts["answer"] += len(row.generated)
 
     # -- scheduling --------------------------------------------------------------------------------
 
     def _run_group(self, group: list[_Row]) -> None:
-        """Continuous batching within a group of similar lengths: a freed slot is refilled at once."""
+        """Continuous batching within a group of similar lengths: a freed slot is refilled at once.
+
+        Active rows are kept in slots ``0..n-1`` (a row from the top moves into a freed slot), so a decode
+        step reads one contiguous block of the KV cache instead of gathering every row's span.
+        """
         waiting = list(group)
         active: list[_Row] = []
-        free = list(range(self.runner.slots))[::-1]
         while waiting or active:
             fresh = []
-            while waiting and free:
+            while waiting and len(active) + len(fresh) < self.runner.slots:
                 row = waiting.pop(0)
-                row.slot = free.pop()
+                row.slot = len(active) + len(fresh)
                 self._start(row)
                 fresh.append(row)
             for row in fresh:  # prefill one sequence at a time: plain causal attention, no padding
                 self._feed([row], causal_fresh=True)
-            active.extend(row for row in fresh if not row.done)
-            free.extend(row.slot for row in fresh if row.done)
+            self._finish(fresh)
+            active = self._compact(active + [row for row in fresh if not row.done])
             if active:
                 self._feed(active, causal_fresh=False)
-                free.extend(row.slot for row in active if row.done)
-                active = [row for row in active if not row.done]
-            free.sort(reverse=True)
+                self._finish(active)
+                active = self._compact([row for row in active if not row.done])
+            self._report()
+
+    def _compact(self, active: list[_Row]) -> list[_Row]:
+        """Move rows into the free slots below ``len(active)``; returns the rows in slot order."""
+        count = len(active)
+        holes = sorted(set(range(count)) - {row.slot for row in active})
+        movers = sorted((row for row in active if row.slot >= count), key=lambda row: -row.slot)
+        for hole, row in zip(holes, movers, strict=True):
+            self.runner.move(row.slot, hole, row.fed)
+            row.slot = hole
+        return sorted(active, key=lambda row: row.slot)
 
     def _start(self, row: _Row) -> None:
         self.stats.prompt_tokens += len(row.call.prompt_ids)
+        self._run_counts["prompt"] += len(row.call.prompt_ids)
+        row.pass_budget = self.options.pass_budget(row.call.n_blocks)
+        if self.options.call_deadline_s is not None:
+            row.deadline = time.monotonic() + self.options.call_deadline_s
         self._jump_forward(row)
         row.pending = list(row.call.prompt_ids) + row.pending
 
@@ -213,6 +331,7 @@ class ConstrainedDecoder:
             [row.slot for row in rows], [row.fed for row in rows], inputs, causal_fresh
         )
         self.stats.forward_passes += 1
+        self._run_counts["passes"] += 1
         width = hidden.shape[1]
         requests = []  # (row number, flat hidden index, state) for every position that may need a choice
         for number, row in enumerate(rows):
@@ -245,11 +364,15 @@ class ConstrainedDecoder:
                 by_set.setdefault(tokens, []).append(i)
         values: dict[int, list[float]] = {}
         if by_set:
-            pieces = []
+            # Every position in one host-to-device copy (pinned, non-blocking on CUDA), the allowed sets'
+            # ids cached on the device, and one transfer back: the step's only host sync.
+            at = to_device([requests[i][1] for members in by_set.values() for i in members], self.device)
+            pieces, offset = [], 0
             for tokens, members in by_set.items():
-                ids = torch.tensor(tokens, device=self.device)
-                at = torch.tensor([requests[i][1] for i in members], device=self.device)
-                pieces.append((hidden[at] @ self.lm_head[ids].T).float().flatten())
+                ids = self._token_set(tokens)
+                rows_at = at[offset : offset + len(members)]
+                offset += len(members)
+                pieces.append((hidden[rows_at] @ self.lm_head[ids].T).float().flatten())
             flat = torch.cat(pieces).tolist()
             offset = 0
             for tokens, members in by_set.items():
@@ -270,6 +393,14 @@ class ConstrainedDecoder:
             candidates = {table[token] or b"": logit for token, logit in zip(tokens, logits, strict=True)}
             choices[number].append((tokens[best], candidates, state))
         return choices
+
+    def _token_set(self, tokens: tuple[int, ...]) -> Any:
+        ids = self._token_sets.get(tokens)
+        if ids is None:
+            if len(self._token_sets) > 4096:  # distinct sets are few per regex; bound them anyway
+                self._token_sets.clear()
+            ids = self._token_sets[tokens] = to_device(list(tokens), self.device)
+        return ids
 
     def _accept(self, row: _Row, choices: list[tuple]) -> None:
         """Keep the draft's longest prefix that equals the greedy choices, then take the next greedy token."""
@@ -296,6 +427,17 @@ class ConstrainedDecoder:
         elif len(row.generated) >= row.call.max_tokens:
             row.done = True
             row.failure = f"answer exceeded max_tokens={row.call.max_tokens}"
+        elif row.pass_budget is not None and row.forward_passes >= row.pass_budget:
+            row.done = True
+            row.failure = (
+                f"answer unfinished after {row.forward_passes} forward passes (the budget for "
+                f"{row.call.n_blocks} blocks at max_passes_per_block={self.options.max_passes_per_block})"
+            )
+        elif row.deadline is not None and time.monotonic() > row.deadline:
+            row.done = True
+            row.failure = (
+                f"answer unfinished at the call deadline (call_deadline_s={self.options.call_deadline_s})"
+            )
 
     def _record(self, row: _Row, token: int, candidates: dict[bytes, float], state: int) -> None:
         """Append a chosen token; track which label it starts or spells (for drafts and counts)."""

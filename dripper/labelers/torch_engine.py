@@ -8,6 +8,7 @@ block. torch and transformers are imported when the labeler is built.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -18,6 +19,14 @@ from dripper.labelers.lm_tokens import TokenVocabulary
 from dripper.labelers.torch_decoder import ConstrainedDecoder, EngineOptions
 from dripper.labelers.torch_runners import load_causal_lm
 from dripper.prompt import answer_format as get_answer_format
+
+_LOG = logging.getLogger(__name__)
+
+
+def _log_progress(progress) -> None:
+    # Mid-batch reports at INFO (a long batch shows it lives); the end of every batch only at DEBUG.
+    level = logging.INFO if progress.calls_done < progress.calls else logging.DEBUG
+    _LOG.log(level, "torch engine: %s", progress.as_dict())
 
 
 @register_labeler("torch")
@@ -34,6 +43,12 @@ class TorchLabeler(LMLabeler):
         speculation: ``previous``, ``none``, or ``draft`` with ``draft_labeler``.
         draft_labeler: A labeler (instance or registered name) whose labels are the drafts.
         max_draft_tokens, max_batch, kv_cache_tokens: See :class:`EngineOptions`.
+        max_passes_per_block, call_deadline_s: A call's budget (:class:`EngineOptions`): a call past it
+            ends as a recorded failure and its page goes to the fallback, so no page can hold a batch.
+        cuda_graphs: Replay decode steps from CUDA graphs on CUDA (:class:`EngineOptions`).
+
+    Progress of long batches (calls done, forward passes/s, tokens/s) is logged at INFO by
+    ``dripper.labelers.torch_engine`` every ``progress_every_s`` seconds.
     """
 
     name = "torch"
@@ -55,6 +70,10 @@ class TorchLabeler(LMLabeler):
         max_draft_tokens: int = 32,
         max_batch: int = 32,
         kv_cache_tokens: int | None = None,
+        max_passes_per_block: float | None = 3.0,
+        call_deadline_s: float | None = None,
+        cuda_graphs: bool = True,
+        progress_every_s: float = 30.0,
         system_prompt: str = SYSTEM_PROMPT,
         trust_remote_code: bool = False,
     ) -> None:
@@ -71,7 +90,16 @@ class TorchLabeler(LMLabeler):
         if self.draft_labeler is not None:
             speculation = "draft"
             self.needs_block_text = self.draft_labeler.needs_block_text
-        options = EngineOptions(speculation, max_draft_tokens, max_batch, kv_cache_tokens)
+        options = EngineOptions(
+            speculation=speculation,
+            max_draft_tokens=max_draft_tokens,
+            max_batch=max_batch,
+            kv_cache_tokens=kv_cache_tokens,
+            max_passes_per_block=max_passes_per_block,
+            call_deadline_s=call_deadline_s,
+            cuda_graphs=cuda_graphs,
+            progress_every_s=progress_every_s,
+        )
         self.engine = ConstrainedDecoder(self.model, vocabulary, fmt, options)
 
     def label_batch(self, requests: Sequence[LabelRequest]) -> list[Labels]:
@@ -85,7 +113,7 @@ class TorchLabeler(LMLabeler):
                 else None
                 for call in calls
             ]
-        answers = self.engine.run(calls, drafts)
+        answers = self.engine.run(calls, drafts, progress=_log_progress)
         return self.planner.assemble(len(requests), calls, answers, failures)
 
     def close(self) -> None:
