@@ -1,8 +1,10 @@
 """Simplification: raw HTML → the model's Simplified HTML and the aligned mapping view.
 
 The model input is byte-compatible with ``mineru-html`` 1.1.2's ``simplify_html`` (the format the released
-MinerU-HTML weights expect); see ``tests/simplify/test_conformance.py`` for the measured
-agreement and docs/lm-labelers.md "Deliberate differences from upstream" for where and why it differs.
+MinerU-HTML weights expect); see docs/extraction.md "The model input" and
+``research/upstream_conformance.py`` for the measured agreement, ``tests/simplify/test_conformance.py`` and
+``test_upstream_differential.py`` for the checks, and docs/lm-labelers.md "Deliberate differences from
+upstream" for where and why it differs.
 """
 
 from __future__ import annotations
@@ -217,14 +219,23 @@ def simplify_html(
         # An item holding XML-incompatible characters is round-tripped as upstream does (they become U+FFFD).
         needs_round_trip = candidate.holds_xml_incompatible or empty_containers.in_candidate(candidate)
         item = _as_item(candidate.tree, options.exact_round_trip, needs_round_trip)
-        if item is None and candidate.from_body and options.keep_body_text:
+        # Only runs are aligned through the refs their tree carries.
+        is_run = candidate.kind is not ItemKind.BLOCK
+        shape = ItemShape.of(item, candidate.tree) if item is not None and is_run else None
+        if (
+            candidate.from_body
+            and options.keep_body_text
+            and (item is None or (is_run and shape.unalignable))
+        ):
+            # Upstream loses this run of <body> (no item, or one it cannot align): ours keeps it as a <div>.
             _as_plain_div(candidate.tree)
             item = _as_item(candidate.tree, options.exact_round_trip)
             body_items += item is not None
+            shape = None
         if item is None:
             continue
-        # Only runs are aligned through the refs their tree carries.
-        shape = ItemShape.of(item) if candidate.kind is not ItemKind.BLOCK else None
+        if shape is None and is_run:
+            shape = ItemShape.of(item, candidate.tree)
         try:
             prune_attributes(item, rewrite=candidate.holds_xml_incompatible)
             shorten_lists(item)

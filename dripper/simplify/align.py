@@ -31,9 +31,18 @@ class ItemShape:
     root_ref: int | None
     child_refs: list[int]
     text: str | None
+    root_replaced: bool
+    """The round trip made another element than the run's own root the item root."""
+
+    @property
+    def unalignable(self) -> bool:
+        """Upstream cannot align it: a run element became the item root and holds elements, which upstream
+        (marking every node) looks up under the run's parent, where they are not, and drops the item."""
+        return self.root_replaced and self.has_children and self.tag not in INLINE_TAGS
 
     @classmethod
-    def of(cls, tree: etree._Element) -> ItemShape:
+    def of(cls, tree: etree._Element, built: etree._Element) -> ItemShape:
+        """The shape of ``tree``, the item after its round trip of ``built`` (the run's tree as built)."""
         root_ref = tree.get(REF_ATTR)
         return cls(
             tag=tree.tag,
@@ -41,6 +50,7 @@ class ItemShape:
             root_ref=int(root_ref) if root_ref is not None else None,
             child_refs=[int(ref) for child in tree if (ref := child.get(REF_ATTR)) is not None],
             text=tree.text,
+            root_replaced=tree is not built and root_ref != built.get(REF_ATTR),
         )
 
 
@@ -77,6 +87,10 @@ def attach_id(
             if own.tag != "body" and own not in holds_blocks:
                 own.set(ITEM_ID_ATTR, value)
                 return own
+        if shape.unalignable:
+            # The round trip made one of the run's elements the item root (a run of <body> holding one
+            # element): its children carry no ref here, and upstream's are not under the parent.
+            raise AlignmentError("item root is a run element holding elements of its own")
         children = [refs[ref] for ref in shape.child_refs]
         return _wrap_children(parent, children, value) if children else None
     if candidate.kind is ItemKind.INLINE_ELEMENTS:

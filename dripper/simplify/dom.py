@@ -13,6 +13,7 @@ import re
 
 from lxml import etree
 
+from dripper.simplify.legacy_select import legacy_select_markup
 from dripper.simplify.tags import INVISIBLE_STYLE, NAV_MARKERS, REMOVED_TAGS
 
 _XML_DECLARATION = re.compile(r"<\?xml\s+.*?\??>", re.DOTALL)
@@ -36,6 +37,7 @@ def repair_html(html: str) -> tuple[str, bool]:
     if "</>" in html:
         # Modest, the parser behind the training data, kept a bare "</>" as text; lexbor drops it.
         html = html.replace("</>", "&lt;/&gt;")
+    html = legacy_select_markup(html)
     try:
         repaired = LexborHTMLParser(html).html
     except Exception:  # lexbor rejects very little; libxml2's own recovery is the fallback

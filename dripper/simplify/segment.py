@@ -182,6 +182,7 @@ class Segmenter:
         self.candidates: list[Candidate] = []
         self._seen: set[tuple[str | None, str | None]] = set()
         self.skipped_invalid_names = 0
+        self._tag_is_valid: dict[str, bool] = {}
 
     def run(self, processing: etree._Element) -> list[Candidate]:
         self._walk(processing)
@@ -279,7 +280,27 @@ class Segmenter:
             kind = ItemKind.MIXED
         self._add(kind, root, node, sources, holds_incompatible)
 
+    def _valid_tag(self, tag: str) -> bool:
+        """Whether an HTML element of this name can be made from Python (upstream builds each item so).
+
+        libxml2 keeps names such as ``ahref="`` (from ``<ahref="/x">``) that lxml refuses to create; the
+        answer is cached per tag, so a block costs one dict look-up.
+        """
+        valid = self._tag_is_valid.get(tag)
+        if valid is None:
+            try:
+                _HTML_FACTORY.makeelement(tag)
+                valid = True
+            except ValueError:
+                valid = False
+            self._tag_is_valid[tag] = valid
+        return valid
+
     def _emit_block(self, child: etree._Element) -> None:
+        if not self._valid_tag(child.tag):
+            # Upstream's clone of the block raises and the block is dropped (its tail still counts).
+            self.skipped_invalid_names += 1
+            return
         # The block is simplified in place: the processing DOM is ours, and no other item shares its nodes
         # (every element is in one item only), so copying it into a tree of its own would be wasted work.
         # Its tail stays in the processing DOM: the per-item steps and the serialisation leave it out.
