@@ -67,7 +67,7 @@ def _records(paths: Sequence[Path], limit: int | None) -> list[dict]:
 # -- speed ------------------------------------------------------------------------------------------------
 
 
-_STEPS = ("simplify", "features", "trees", "render", "fallback")
+_STEPS = ("simplify", "features", "trees", "network", "render", "fallback")
 # Timed inside simplify: the parses and the copy any simplifier with today's output needs (bench/simplify.py).
 _PARSE_FLOOR = "parse floor"
 
@@ -84,6 +84,8 @@ class _StepClock:
     def __init__(self) -> None:
         from dripper import pipeline, simplify
         from dripper.labelers.cpu import model
+        from dripper.labelers.cpu_seq import labeler as seq_labeler
+        from dripper.labelers.cpu_seq.network import SeqNetwork
 
         self.seconds = dict.fromkeys((*_STEPS, _PARSE_FLOOR), 0.0)
         self._targets = [
@@ -94,6 +96,11 @@ class _StepClock:
             (model, "page_features", "features"),
             (model, "context_features", "features"),
             (model.TreeEnsemble, "decision_function", "trees"),
+            # cpu_seq: its own imports of the feature functions, its tokens (as features), its network.
+            (seq_labeler, "page_features", "features"),
+            (seq_labeler, "context_features", "features"),
+            (seq_labeler, "block_tokens", "features"),
+            (SeqNetwork, "logits", "network"),
             (pipeline.Extractor, "_build_output", "render"),
             (pipeline.Extractor, "_run_fallback", "fallback"),
         ]
@@ -190,7 +197,12 @@ def run_speed(args: argparse.Namespace) -> int:
         blobs = [(str(r["id"]), r["html"].encode("utf-8"), r.get("url")) for r in records if r.get("html")]
         groups[path.name.split(".")[0]] = blobs
     started = time.process_time()
-    labeler = CpuLabeler(model=args.model, **args.labeler_option)
+    if args.labeler == "cpu_seq":
+        from dripper.labelers.cpu_seq.labeler import CpuSeqLabeler
+
+        labeler = CpuSeqLabeler(model=args.model, **args.labeler_option)
+    else:
+        labeler = CpuLabeler(model=args.model, **args.labeler_option)
     load_seconds = time.process_time() - started
     extractor = Extractor(labeler, ExtractOptions(fallback="trafilatura", batch_size=args.chunk))
     # Warm both up (imports, lazy tables, the trees' walk layout) outside the measurement.
@@ -405,6 +417,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     speed.add_argument("--data", type=Path, nargs="+", default=_default_data())
     speed.add_argument("--limit", type=int, default=None, help="pages per file")
     speed.add_argument("--model", default=None, help="model file (default: the shipped one)")
+    speed.add_argument("--labeler", default="cpu", choices=("cpu", "cpu_seq"), help="which CPU labeler")
     speed.add_argument("--chunk", type=int, default=32, help="pages per alternation (and labeler batch)")
     speed.add_argument("--profile", type=Path, default=None, help="cProfile Dripper's calls into this file")
     speed.add_argument("--profile-top", type=int, default=30, help="profile entries printed")

@@ -19,6 +19,11 @@ main, one holding a must-not-appear snippet is other, the rest unlabelled; --sni
 cross-validates with folds grouped by site, reports out-of-fold scores per source and page type, trains on
 all pages and writes a JSON model file that records the versions, parameters, training data (with sha256)
 and the cross-validated scores.
+
+With --kind cpu_seq it trains the block-sequence labeler instead: every page's blocks get hashed text and
+markup tokens, the trees above are cross-validated by site for out-of-fold logits, and a bidirectional GRU
+over the page's blocks is trained on them with torch (one thread by default: deterministic), written as a
+.npz file that the cpu_seq labeler evaluates with numpy.
 """
 
 TRAIN_EPILOG = """examples:
@@ -30,6 +35,10 @@ TRAIN_EPILOG = """examples:
   #  --min-page-confidence 0.85)
   # use it
   dripper extract --input pages.jsonl.gz --output out.jsonl --labeler cpu
+  # the block-sequence labeler (a BiGRU over the trees' scores; torch, the cpu-train extra)
+  dripper train-labeler --kind cpu_seq --data pages.jsonl.gz more.jsonl.gz --output my_seq.npz \\
+      --exclude-pages data/sample/pages.jsonl.gz --threads 1
+  dripper extract --input pages.jsonl.gz --output out.jsonl --labeler cpu_seq --labeler-option model=my_seq.npz
 """
 
 
@@ -48,7 +57,18 @@ def add_train_labeler_parser(subparsers) -> argparse.ArgumentParser:
         required=True,
         help="JSONL(.gz) files of {id, html, url, ground_truth_text} records",
     )
-    parser.add_argument("--output", required=True, help="model file to write (.json.gz or .json)")
+    parser.add_argument(
+        "--output", required=True, help="model file to write (.json.gz or .json; cpu_seq: .npz)"
+    )
+    parser.add_argument(
+        "--kind",
+        default="cpu",
+        choices=("cpu", "cpu_seq"),
+        help="cpu: the two-stage trees (default); cpu_seq: the block-sequence network stacked on them",
+    )
+    parser.add_argument(
+        "--epochs", type=int, default=None, help="cpu_seq: passes over the training windows (default 3)"
+    )
     parser.add_argument(
         "--folds", type=int, default=5, help="cross-validation folds, grouped by site (default 5, at least 3)"
     )
@@ -142,6 +162,44 @@ def train_params(args: argparse.Namespace):
     return TrainParams(threads=args.threads, backend=args.backend, **overrides)
 
 
+def run_train_seq_labeler(args: argparse.Namespace, excluded: set[str]) -> int:
+    """``--kind cpu_seq``: the network over the trees (``dripper.labelers.cpu_seq.command``)."""
+    from dataclasses import replace
+
+    from dripper.labelers.cpu_seq.command import train_seq_labeler
+    from dripper.labelers.cpu_seq.train import SeqTrainParams
+
+    for name in ("rounds", "bags", "snippet_weight"):
+        if getattr(args, name) is not None:
+            print(f"error: --{name.replace('_', '-')} is a cpu option, not cpu_seq's", file=sys.stderr)
+            return 2
+    names = ("threshold", "decision", "min_confidence", "min_page_confidence")
+    settings = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+    if args.threshold is not None and args.decision is None:
+        settings["decision"] = "threshold"
+    params = SeqTrainParams() if args.epochs is None else replace(SeqTrainParams(), epochs=args.epochs)
+    try:
+        train_seq_labeler(
+            args.data,
+            args.output,
+            folds=args.folds,
+            seed=args.seed,
+            params=params,
+            threads=args.threads,
+            exclude_ids=excluded,
+            limit=args.limit,
+            settings=settings,
+            quiet=args.quiet,
+        )
+    except ImportError as error:
+        print(f"error: {error}; pip install 'dripper-platform[cpu-train]' (torch, LightGBM)", file=sys.stderr)
+        return 2
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def run_train_labeler(args: argparse.Namespace) -> int:
     from dripper.labelers.cpu.train import train_labeler
     from dripper.labelers.cpu.training_set import iter_records
@@ -154,6 +212,8 @@ def run_train_labeler(args: argparse.Namespace) -> int:
         print(f"error: no such file: {', '.join(missing)}", file=sys.stderr)
         return 2
     excluded = {str(record.get("id")) for path in args.exclude_pages for record in iter_records(path)}
+    if args.kind == "cpu_seq":
+        return run_train_seq_labeler(args, excluded)
     try:
         params = train_params(args)
     except ValueError as error:

@@ -117,7 +117,6 @@ def main(argv: list[str] | None = None) -> int:
     if not paths:
         paths = [REPO / "data" / "sample" / "pages.jsonl.gz"]
         print(f"no dev file found: comparing the bundled sample ({paths[0]})", file=sys.stderr)
-    sys.path.insert(0, str(REPO))
     for path in paths:
         row = conformance(path, args.limit or None, args.show)
         if args.json:

@@ -27,6 +27,7 @@ DEFAULT_LABELER = "cpu"
 #: The labelers that ship with the package, by name → ``module:object``.
 BUILTIN_LABELERS: dict[str, str] = {
     "cpu": "dripper.labelers.cpu.model:CpuLabeler",
+    "cpu_seq": "dripper.labelers.cpu_seq.labeler:CpuSeqLabeler",
     "oracle": "dripper.labelers.oracle:OracleLabeler",
     "trafilatura": "dripper.labelers.trafilatura:TrafilaturaLabeler",
     "vllm": "dripper.labelers.vllm_labeler:VLLMLabeler",

@@ -34,6 +34,8 @@ __all__ = [
     "TrainingSet",
     "assign_folds",
     "build_training_set",
+    "example_with_page",
+    "file_records",
     "file_sha256",
     "iter_records",
     "site_of",
@@ -177,35 +179,42 @@ def snippet_labels(
 
 def _example(record: dict) -> PageExample | str:
     """The page's :class:`PageExample`, or why it cannot be used."""
+    return example_with_page(record)[0]
+
+
+def example_with_page(record: dict) -> tuple[PageExample | str, object | None]:
+    """The page's :class:`PageExample` (or why it cannot be used) and its ``SimplifiedPage`` (``None``
+    where simplifying failed): for training sets that read more of each page than its features."""
     from dripper.simplify import simplify_html
 
+    simplified = None
     ground_truth = record.get("ground_truth_text")
     with_snippets = record.get("with_snippets") or ()
     if (not ground_truth or not ground_truth.strip()) and not with_snippets:
-        return "no full-text ground truth"
+        return "no full-text ground truth", simplified
     html = record.get("html")
     if not isinstance(html, str) or not html.strip():
-        return "no html"
+        return "no html", simplified
     try:
         simplified = simplify_html(html, str(record.get("id")), record.get("url"))
     except Exception as error:  # a page the simplifier rejects is a page the labeler never sees
-        return f"simplify failed: {type(error).__name__}"
+        return f"simplify failed: {type(error).__name__}", None
     if simplified.n_blocks == 0:
-        return "no blocks"
+        return "no blocks", simplified
     texts = [block.text for block in simplified.blocks]
     if not ground_truth or not ground_truth.strip():
         labels, known = snippet_labels(texts, with_snippets, record.get("without_snippets") or ())
         if not labels.any():
-            return "no with-snippet in one block"
-        return _page_example(record, simplified, labels, known)
+            return "no with-snippet in one block", simplified
+        return _page_example(record, simplified, labels, known), simplified
     alignment = align_blocks(ground_truth, texts)
     if not any(alignment.main):
-        return "oracle found no main block"
+        return "oracle found no main block", simplified
     if alignment.ground_truth_recall < MIN_ORACLE_RECALL:
         # The ground truth is mostly not in the page's blocks (a challenge page, another version of the
         # page): its labels would teach noise.
-        return "oracle covers too little of the ground truth"
-    return _page_example(record, simplified, np.array(alignment.main, dtype=bool))
+        return "oracle covers too little of the ground truth", simplified
+    return _page_example(record, simplified, np.array(alignment.main, dtype=bool)), simplified
 
 
 def _page_example(
@@ -246,6 +255,22 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def file_records(path: Path, excluded: set[str], limit: int | None, skipped: Counter) -> list[dict]:
+    """The records of one training file, at most ``limit``, without the ``excluded`` ids (counted in
+    ``skipped``); a missing file is an error, not an empty set."""
+    if not path.exists():
+        raise FileNotFoundError(f"training data {path} does not exist")
+    records = []
+    for record in iter_records(path):
+        if limit is not None and len(records) >= limit:
+            break
+        if str(record.get("id")) in excluded:
+            skipped["excluded id"] += 1
+            continue
+        records.append(record)
+    return records
+
+
 def build_training_set(
     paths: Sequence[str | Path],
     workers: int = 1,
@@ -270,16 +295,7 @@ def build_training_set(
     excluded = set(exclude_ids)
     training = TrainingSet(pages=[])
     for path in map(Path, paths):
-        if not path.exists():
-            raise FileNotFoundError(f"training data {path} does not exist")
-        records = []
-        for record in iter_records(path):
-            if limit is not None and len(records) >= limit:
-                break
-            if str(record.get("id")) in excluded:
-                training.skipped["excluded id"] += 1
-                continue
-            records.append(record)
+        records = file_records(path, excluded, limit, training.skipped)
         if workers > 1:
             with ProcessPoolExecutor(max_workers=workers) as pool:
                 results = [item for batch in pool.map(_examples, _batches(records, 16)) for item in batch]
