@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dripper.labelers.lm_common import LMAnswer, LMCall
@@ -222,14 +222,9 @@ class ConstrainedDecoder:
         """
         started = time.perf_counter()
         self._progress, self._run_started, self._last_report = progress, started, started
-        self._run_counts = {
-            "calls": len(calls),
-            "done": 0,
-            "failures": 0,
-            "passes": 0,
-            "prompt": 0,
-            "answer": 0,
-        }
+        # Progress is this run's share of the counters (stats add up over runs), plus calls ended.
+        self._run_base = replace(self.stats)
+        self._run_calls, self._calls_done, self._calls_failed = len(calls), 0, 0
         rows = []
         for index, call in enumerate(calls):
             automaton = AnswerAutomaton(call.regex, self.vocabulary)
@@ -254,15 +249,15 @@ class ConstrainedDecoder:
         if not force and now - self._last_report < self.options.progress_every_s:
             return
         self._last_report = now
-        counts = self._run_counts
+        stats, base = self.stats, self._run_base
         self._progress(
             EngineProgress(
-                calls_done=counts["done"],
-                calls=counts["calls"],
-                failures=counts["failures"],
-                forward_passes=counts["passes"],
-                prompt_tokens=counts["prompt"],
-                answer_tokens=counts["answer"],
+                calls_done=self._calls_done,
+                calls=self._run_calls,
+                failures=self._calls_failed,
+                forward_passes=stats.forward_passes - base.forward_passes,
+                prompt_tokens=stats.prompt_tokens - base.prompt_tokens,
+                answer_tokens=stats.answer_tokens - base.answer_tokens,
                 seconds=now - self._run_started,
             )
         )
@@ -271,9 +266,8 @@ class ConstrainedDecoder:
         """Count the rows that ended in the last pass (for progress)."""
         for row in rows:
             if row.done:
-                self._run_counts["done"] += 1
-                self._run_counts["failures"] += row.failure is not None
-                self._run_counts["answer"] += len(row.generated)
+                self._calls_done += 1
+                self._calls_failed += row.failure is not None
 
     # -- scheduling --------------------------------------------------------------------------------
 
@@ -314,7 +308,6 @@ class ConstrainedDecoder:
 
     def _start(self, row: _Row) -> None:
         self.stats.prompt_tokens += len(row.call.prompt_ids)
-        self._run_counts["prompt"] += len(row.call.prompt_ids)
         row.pass_budget = self.options.pass_budget(row.call.n_blocks)
         if self.options.call_deadline_s is not None:
             row.deadline = time.monotonic() + self.options.call_deadline_s
@@ -331,7 +324,6 @@ class ConstrainedDecoder:
             [row.slot for row in rows], [row.fed for row in rows], inputs, causal_fresh
         )
         self.stats.forward_passes += 1
-        self._run_counts["passes"] += 1
         width = hidden.shape[1]
         requests = []  # (row number, flat hidden index, state) for every position that may need a choice
         for number, row in enumerate(rows):
