@@ -187,7 +187,7 @@ def _print_speed(name: str, group: dict) -> None:
 def run_speed(args: argparse.Namespace) -> int:
     from trafilatura import extract as trafilatura_extract
 
-    from dripper.labelers.cpu.model import CpuLabeler
+    from dripper.labelers import build_labeler
     from dripper.labelers.cpu.training_set import iter_records
     from dripper.pipeline import ExtractOptions, Extractor
 
@@ -197,12 +197,7 @@ def run_speed(args: argparse.Namespace) -> int:
         blobs = [(str(r["id"]), r["html"].encode("utf-8"), r.get("url")) for r in records if r.get("html")]
         groups[path.name.split(".")[0]] = blobs
     started = time.process_time()
-    if args.labeler == "cpu_seq":
-        from dripper.labelers.cpu_seq.labeler import CpuSeqLabeler
-
-        labeler = CpuSeqLabeler(model=args.model, **args.labeler_option)
-    else:
-        labeler = CpuLabeler(model=args.model, **args.labeler_option)
+    labeler = build_labeler(args.labeler, model=args.model, **args.labeler_option)
     load_seconds = time.process_time() - started
     extractor = Extractor(labeler, ExtractOptions(fallback="trafilatura", batch_size=args.chunk))
     # Warm both up (imports, lazy tables, the trees' walk layout) outside the measurement.
