@@ -48,6 +48,28 @@ def test_stages_on_an_external_cluster_equal_the_in_process_run(dask_cluster, re
     print(f"simplify + extract on the external Dask cluster: {seconds:.1f} s")
 
 
+def test_the_cpu_seq_labeler_extracts_on_the_external_workers(dask_cluster, reference_run, tmp_path):  # noqa: F811
+    """The form's ``cpu_seq`` choice through the extract stage on the external workers: its shipped network
+    loads in the worker processes and every page ends as a row, each naming what produced it."""
+    from distributed import Client, get_task_stream
+
+    root = tmp_path / "run"
+    shutil.copytree(f"{reference_run['root']}/simplified", root / "simplified")
+    config = ExtractStageConfig(extractor={"name": "seq", "labeler": "cpu_seq"})
+    with Client(dask_cluster.address) as client, get_task_stream(client) as stream:
+        extract = extract_stage(str(root), config=config, scheduler=dask_cluster.address, progress=False)
+        workers = set(client.scheduler_info()["workers"])
+    assert (extract.written, extract.failed) == (4, {})
+    rows = read_stage(str(root), "extracted")
+    assert sorted(row["doc_id"] for row in rows) == sorted(
+        row["doc_id"] for row in reference_run["extracted"]
+    )
+    assert {row["extractor"] for row in rows} <= {"dripper:cpu_seq", "trafilatura", "none"}
+    assert all(row["fallback_reason"] for row in rows if row["extractor"] == "none")  # an empty row says why
+    assert any(row["extractor"] == "dripper:cpu_seq" for row in rows)
+    assert {item["worker"] for item in stream.data} <= workers and stream.data
+
+
 def test_run_extract_takes_the_clusters_address_as_the_forms_do(dask_cluster, reference_run, tmp_path):  # noqa: F811
     """``dripper run extract --dask-scheduler`` (the forms' ``dask_scheduler``) sends the shards to the
     external cluster: the same rows as the in-process run, labelled outside this process."""
