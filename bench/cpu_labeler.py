@@ -129,12 +129,13 @@ class _StepClock:
         return timed
 
 
-def _speed_group(extractor, blobs, chunk: int, trafilatura_extract, profiler=None) -> dict:
-    """Dripper then Trafilatura on each chunk of ``blobs``: CPU and wall seconds, step CPU seconds.
+def _speed_group(extractor, row: str, blobs, chunk: int, trafilatura_extract, profiler=None) -> dict:
+    """Dripper (the row named ``row``) then Trafilatura on each chunk of ``blobs``: CPU and wall seconds,
+    step CPU seconds.
 
     ``profiler`` (a ``cProfile.Profile``), when given, is enabled around Dripper's calls only.
     """
-    cpu = {"dripper:cpu": 0.0, "trafilatura": 0.0}
+    cpu = {row: 0.0, "trafilatura": 0.0}
     wall = dict.fromkeys(cpu, 0.0)
     extractors: Counter = Counter()
     clock = _StepClock()
@@ -146,8 +147,8 @@ def _speed_group(extractor, blobs, chunk: int, trafilatura_extract, profiler=Non
                 profiler.enable()
             cpu_start, wall_start = time.process_time(), time.perf_counter()
             results = extractor.extract_batch(pages)
-            cpu["dripper:cpu"] += time.process_time() - cpu_start
-            wall["dripper:cpu"] += time.perf_counter() - wall_start
+            cpu[row] += time.process_time() - cpu_start
+            wall[row] += time.perf_counter() - wall_start
             if profiler is not None:
                 profiler.disable()
         extractors.update(result.extractor for result in results)
@@ -163,15 +164,16 @@ def _speed_group(extractor, blobs, chunk: int, trafilatura_extract, profiler=Non
 
 def _print_speed(name: str, group: dict) -> None:
     n, cpu, wall, steps = group["n"], group["cpu"], group["wall"], group["steps"]
+    row = next(key for key in cpu if key != "trafilatura")
     print(f"\n{name}: {n} pages")
     print(f"  {'extractor':14} {'pages/s per core':>17} {'ms/page (CPU)':>14} {'pages/s (wall)':>15}")
     for extractor in cpu:
         per_core, ms = n / cpu[extractor], 1000 * cpu[extractor] / n
         print(f"  {extractor:14} {per_core:17.1f} {ms:14.1f} {n / wall[extractor]:15.1f}")
-    print(f"  ratio dripper:cpu / trafilatura (per core): {cpu['trafilatura'] / cpu['dripper:cpu']:.2f}x")
-    other = cpu["dripper:cpu"] - sum(steps[step] for step in _STEPS)  # decoding, checks, batching
+    print(f"  ratio {row} / trafilatura (per core): {cpu['trafilatura'] / cpu[row]:.2f}x")
+    other = cpu[row] - sum(steps[step] for step in _STEPS)  # decoding, checks, batching
     print(
-        "  dripper:cpu steps, ms/page (CPU): "
+        f"  {row} steps, ms/page (CPU): "
         + ", ".join(f"{key} {1000 * steps[key] / n:.2f}" for key in _STEPS)
         + f", other {1000 * other / n:.2f}"
     )
@@ -211,8 +213,9 @@ def run_speed(args: argparse.Namespace) -> int:
         import cProfile
 
         profiler = cProfile.Profile()
+    row = f"dripper:{args.labeler}"
     results = {
-        name: _speed_group(extractor, blobs, args.chunk, trafilatura_extract, profiler)
+        name: _speed_group(extractor, row, blobs, args.chunk, trafilatura_extract, profiler)
         for name, blobs in groups.items()
     }
     for name, group in results.items():
@@ -231,14 +234,14 @@ def run_speed(args: argparse.Namespace) -> int:
                 total[key].update(group[key])
             for key, value in group["steps"].items():
                 total["steps"][key] += value
-        total["cpu"] = {key: total["cpu"][key] for key in ("dripper:cpu", "trafilatura")}
-        total["wall"] = {key: total["wall"][key] for key in ("dripper:cpu", "trafilatura")}
+        total["cpu"] = {key: total["cpu"][key] for key in (row, "trafilatura")}
+        total["wall"] = {key: total["wall"][key] for key in (row, "trafilatura")}
         _print_speed("all", total)
     if profiler is not None:
         import pstats
 
         profiler.dump_stats(args.profile)
-        print(f"\nprofile of dripper:cpu (cProfile, slows Python code; {args.profile}), by own time:")
+        print(f"\nprofile of {row} (cProfile, slows Python code; {args.profile}), by own time:")
         pstats.Stats(profiler, stream=sys.stdout).sort_stats("tottime").print_stats(args.profile_top)
     return 0
 

@@ -7,19 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dripper.labelers.cpu.features import FEATURE_NAMES, PageFeatures
 from research import page_gate
+from tests.research.pages import page_features
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _features(chars: list[int]) -> PageFeatures:
-    n = len(chars)
-    values = np.zeros((n, len(FEATURE_NAMES)), np.float32)
-    values[:, FEATURE_NAMES.index("page_link_share")] = 0.25
-    return PageFeatures(
-        values, np.array(chars, np.float32), np.zeros((n, 1), np.int32), np.zeros(n, np.int32)
-    )
 
 
 def test_summaries_of_a_confident_page_and_a_doubtful_one():
@@ -27,7 +18,7 @@ def test_summaries_of_a_confident_page_and_a_doubtful_one():
     sure = dict(
         zip(
             names,
-            page_gate.page_summary(np.array([0.02, 0.99, 0.98, 0.01]), _features([10, 500, 400, 10])),
+            page_gate.page_summary(np.array([0.02, 0.99, 0.98, 0.01]), page_features([10, 500, 400, 10])),
             strict=True,
         )
     )
@@ -44,7 +35,7 @@ def test_summaries_of_a_confident_page_and_a_doubtful_one():
     doubt = dict(
         zip(
             names,
-            page_gate.page_summary(np.array([0.6, 0.1, 0.55, 0.1]), _features([300, 50, 300, 50])),
+            page_gate.page_summary(np.array([0.6, 0.1, 0.55, 0.1]), page_features([300, 50, 300, 50])),
             strict=True,
         )
     )
