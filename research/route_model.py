@@ -164,6 +164,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trafilatura", action="store_true", help="add Trafilatura agreement inputs")
     parser.add_argument("--data", type=Path, nargs="+", default=None, help="with --trafilatura: the dev sets")
     args = parser.parse_args(argv)
+    needed = [args.cache / name for name in ("set.pkl.gz", "trees_cv.pkl.gz", f"scores{args.tag}.jsonl")]
+    missing = [str(path) for path in needed if not path.exists()]
+    if missing:
+        raise SystemExit(
+            f"missing {', '.join(missing)}: run `python -m research.cpu_seq_quality prepare`, `oof --tag "
+            f"{args.tag}` and `score --tag {args.tag}` first (their cache: {args.cache})"
+        )
     shares = None
     if args.trafilatura:
         from research.labeler_sweep import default_data

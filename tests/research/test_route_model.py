@@ -58,3 +58,10 @@ def test_route_features_name_every_value_and_read_the_stage_disagreement():
     )
     assert named["stage1_expected_f1"] < named["expected_f1"]
     assert named["declined"] == 1.0
+
+
+def test_without_the_cache_it_says_which_runs_make_it(tmp_path):
+    with pytest.raises(
+        SystemExit, match=r"scores_f\.jsonl: run `python -m research\.cpu_seq_quality prepare`"
+    ):
+        route_model.main(["--cache", str(tmp_path)])
