@@ -1,4 +1,4 @@
-"""``research.page_gate``: the page summaries a learned gate would read, from block probabilities."""
+"""``research.page_gate``: the page summaries a learned gate would read, from block probabilities, and the held-out regressor it (and ``research.route_model``) fits."""
 
 from __future__ import annotations
 
@@ -42,3 +42,17 @@ def test_summaries_of_a_confident_page_and_a_doubtful_one():
     assert doubt["expected_f1"] < sure["expected_f1"]
     assert doubt["unsure_char_share"] == pytest.approx(600 / 700)
     assert doubt["selected_runs"] == 2.0
+
+
+def test_held_out_predictions_never_see_the_groups_own_rows():
+    pytest.importorskip("lightgbm")
+    rng = np.random.default_rng(0)
+    groups = np.repeat(np.arange(4), 60)
+    # The target is the group's own offset plus a signal in x: a regressor that saw a group's rows would
+    # learn its offset; one fitted on the other groups cannot.
+    signal = rng.normal(size=groups.size)
+    x = np.stack([signal, rng.normal(size=groups.size)], axis=1)
+    y = signal + 3.0 * (groups == 3)
+    predicted = page_gate.held_out_predictions(x, y, groups, num_threads=1)
+    assert np.corrcoef(predicted[groups == 3], signal[groups == 3])[0, 1] > 0.8
+    assert float((y - predicted)[groups == 3].mean()) > 2.0  # group 3's offset never learned
