@@ -96,9 +96,9 @@ class _StepClock:
             (model, "page_features", "features"),
             (model, "context_features", "features"),
             (model.TreeEnsemble, "decision_function", "trees"),
-            # cpu_seq: its own imports of the feature functions, its tokens (as features), its network.
+            # cpu_seq: its own import of page_features (its trees run through the model's names above), its
+            # tokens (as features), its network.
             (seq_labeler, "page_features", "features"),
-            (seq_labeler, "context_features", "features"),
             (seq_labeler, "block_tokens", "features"),
             (SeqNetwork, "logits", "network"),
             (pipeline.Extractor, "_build_output", "render"),

@@ -71,14 +71,6 @@ def run_prepare(args: argparse.Namespace) -> int:
     return 0
 
 
-def _tree_logits(trees: dict) -> list[np.ndarray]:
-    from dripper.labelers.cpu_seq.dataset import logit
-
-    return [
-        np.stack([logit(a), logit(b)], axis=1) for a, b in zip(trees["stage1"], trees["stage2"], strict=True)
-    ]
-
-
 def _bucketed(tokens, buckets: int):
     from dripper.labelers.cpu_seq.tokens import BlockTokens
 
@@ -107,12 +99,17 @@ def seq_params(args: argparse.Namespace):
 
 def run_oof(args: argparse.Namespace) -> int:
     from dripper.labelers.cpu.train import format_scores, score_report
-    from dripper.labelers.cpu_seq.labeler import numeric_inputs
+    from dripper.labelers.cpu_seq.dataset import stage_logits
+    from dripper.labelers.cpu_seq.network import numeric_inputs
     from dripper.labelers.cpu_seq.train import fit_network
 
     sequence_set = load_cached(args.cache / "set.pkl.gz")
     trees = load_cached(args.cache / "trees_cv.pkl.gz")
-    pages, tokens, logits = sequence_set.pages, sequence_set.tokens, _tree_logits(trees)
+    pages, tokens, logits = (
+        sequence_set.pages,
+        sequence_set.tokens,
+        stage_logits(trees["stage1"], trees["stage2"]),
+    )
     params = seq_params(args)
     fold_of = trees["fold_of"]
     oof: list = [None] * len(pages)
@@ -162,7 +159,7 @@ def run_score(args: argparse.Namespace) -> int:
     from dripper.eval.datasets import read_pages
     from dripper.eval.metrics import prepare_ground_truth, score_page
     from dripper.labelers.base import Labels
-    from dripper.labelers.cpu_seq.labeler import gate_labels
+    from dripper.labelers.cpu.decision import gate_labels
     from dripper.pipeline import ExtractOptions, Extractor, prepare_page
     from dripper.types import Page
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from dripper.labelers.base import Labels
+
 __all__ = [
     "DECISIONS",
     "RELATIVE_THRESHOLD",
@@ -154,3 +156,26 @@ def finish_labels(
         after = main[texted[slot]] if slot < texted.size else False
         main[index] = bool(before and after)
     return main.tolist()
+
+
+def gate_labels(
+    p: np.ndarray, chars: np.ndarray, threshold: float, decision: str, min_confidence: float, min_page: float
+) -> Labels:
+    """Labels of one page from its block probabilities, behind the two confidence gates.
+
+    The page is declined (``main=None``, a ``low confidence`` failure, for the fallback) when no block with
+    text reaches ``min_confidence``, or when the expected F1 of its labels (:func:`expected_f1`) is below
+    ``min_page``. ``confidence`` (each block's probability) and ``page_confidence`` are given either way.
+    """
+    confidence = [round(v, 4) for v in p.tolist()]
+    main = finish_labels(p, chars, threshold, decision=decision)
+    page_confidence = round(expected_f1(p, chars, main), 4)
+    top = float(p[chars > 0].max()) if (chars > 0).any() else 0.0
+    failure = None
+    if top < min_confidence:
+        failure = f"low confidence: no block above {min_confidence:g} (best {top:.2f})"
+    elif page_confidence < min_page:
+        failure = f"low confidence: expected F1 {page_confidence:.2f} below {min_page:g}"
+    if failure is not None:
+        return Labels(main=None, failure=failure, confidence=confidence, page_confidence=page_confidence)
+    return Labels(main=main, confidence=confidence, page_confidence=page_confidence)

@@ -31,7 +31,7 @@ import numpy as np
 
 from dripper.labelers.base import BlockLabeler, LabelRequest, Labels, register_labeler
 from dripper.labelers.cpu.blend import TrafilaturaOpinion, check_weight
-from dripper.labelers.cpu.decision import check_settings, expected_f1, finish_labels
+from dripper.labelers.cpu.decision import check_settings, finish_labels, gate_labels
 from dripper.labelers.cpu.features import (
     CONTEXT_FEATURE_NAMES,
     FEATURE_NAMES,
@@ -261,23 +261,39 @@ class CpuModel:
     decision: str = "threshold"
     min_page_confidence: float = 0.0
 
+    def _staged(self, pages: Sequence[PageFeatures]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """Stage-1 and stage-2 logits of all blocks of ``pages`` stacked, and the page split points; ``None``
+        without blocks. Without a stage 2, stage 1's logits stand for both."""
+        sizes = [page.n_blocks for page in pages]
+        if not sum(sizes):
+            return None
+        splits = np.cumsum(sizes)[:-1]
+        stacked = np.concatenate([page.values for page in pages])
+        first = self.stage1.decision_function(stacked)
+        if self.stage2 is None:
+            return first, first, splits
+        probability = 1.0 / (1.0 + np.exp(-first))
+        context = np.concatenate(
+            [context_features(page, p) for page, p in zip(pages, np.split(probability, splits), strict=True)]
+        )
+        return first, self.stage2.decision_function(np.concatenate([stacked, context], axis=1)), splits
+
     def probabilities(self, pages: Sequence[PageFeatures]) -> list[np.ndarray]:
         """Main-content probability of every block of every page (one batched pass per stage)."""
-        if not pages:
-            return []
-        sizes = [page.n_blocks for page in pages]
-        splits = np.cumsum(sizes)[:-1]
-        stacked = np.concatenate([page.values for page in pages]) if sum(sizes) else None
-        if stacked is None:
+        staged = self._staged(pages)
+        if staged is None:
             return [np.zeros(0) for _ in pages]
-        first = self.stage1.predict_proba(stacked)
-        if self.stage2 is None:
-            return np.split(first, splits)
-        context = np.concatenate(
-            [context_features(page, p) for page, p in zip(pages, np.split(first, splits), strict=True)]
-        )
-        second = self.stage2.predict_proba(np.concatenate([stacked, context], axis=1))
-        return np.split(second, splits)
+        _, second, splits = staged
+        return np.split(1.0 / (1.0 + np.exp(-second)), splits)
+
+    def stage_logits(self, pages: Sequence[PageFeatures]) -> list[np.ndarray]:
+        """Per page, ``(n_blocks, 2)`` float32: the stage-1 and stage-2 logits of its blocks (what
+        :meth:`probabilities` reads stage 2's of), for a model stacked on the trees."""
+        staged = self._staged(pages)
+        if staged is None:
+            return [np.zeros((page.n_blocks, 2), np.float32) for page in pages]
+        first, second, splits = staged
+        return np.split(np.stack([first, second], axis=1).astype(np.float32), splits)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -458,23 +474,14 @@ class CpuLabeler(BlockLabeler):
         self.seconds["features"] += featured - started
         self.seconds["trees"] += time.perf_counter() - featured
         for (index, features), p in zip(ready, probabilities, strict=True):
-            confidence = [round(v, 4) for v in p.tolist()]
-            main = finish_labels(p, features.chars, self.threshold, decision=self.decision)
-            page_confidence = round(expected_f1(p, features.chars, main), 4)
-            top = float(p[features.chars > 0].max()) if (features.chars > 0).any() else 0.0
-            failure = None
-            if top < self.min_confidence:
-                failure = f"low confidence: no block above {self.min_confidence:g} (best {top:.2f})"
-            elif page_confidence < self.min_page_confidence:
-                failure = (
-                    f"low confidence: expected F1 {page_confidence:.2f} below {self.min_page_confidence:g}"
-                )
-            if failure is not None:
-                results[index] = Labels(
-                    main=None, failure=failure, confidence=confidence, page_confidence=page_confidence
-                )
-                continue
-            results[index] = Labels(main=main, confidence=confidence, page_confidence=page_confidence)
+            results[index] = gate_labels(
+                p,
+                features.chars,
+                self.threshold,
+                self.decision,
+                self.min_confidence,
+                self.min_page_confidence,
+            )
         if self._opinion is not None:
             opinion_started = time.perf_counter()
             self._second_opinion(requests, ready, probabilities, results)

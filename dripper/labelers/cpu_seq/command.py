@@ -14,8 +14,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-import numpy as np
-
 from dripper.labelers.cpu_seq.network import SeqNetwork
 from dripper.labelers.cpu_seq.train import SeqTrainParams
 
@@ -57,7 +55,7 @@ def train_seq_labeler(
 
     from dripper.labelers.cpu.fit import TrainParams
     from dripper.labelers.cpu.train import cross_validate
-    from dripper.labelers.cpu_seq.dataset import build_sequence_set, logit
+    from dripper.labelers.cpu_seq.dataset import build_sequence_set, stage_logits
     from dripper.labelers.cpu_seq.train import fit_network
 
     params = replace(params or SeqTrainParams(), threads=threads)
@@ -69,9 +67,7 @@ def train_seq_labeler(
         raise ValueError(f"only {len(pages)} usable training pages; need at least {folds}")
     _log("out-of-fold tree logits (site-grouped cross-validation of the cpu trees)", quiet)
     cv = cross_validate(pages, TrainParams(threads=threads), folds=folds, seed=seed, by="site", quiet=quiet)
-    logits = [
-        np.stack([logit(a), logit(b)], axis=1) for a, b in zip(cv.stage1, cv.probabilities, strict=True)
-    ]
+    logits = stage_logits(cv.stage1, cv.probabilities)
     _log(f"training the network on {len(pages)} pages", quiet)
     metadata = {
         "description": "Dripper cpu_seq labeler: a BiGRU over hashed block tokens, features and cpu tree logits",

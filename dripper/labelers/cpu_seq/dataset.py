@@ -23,9 +23,10 @@ from dripper.labelers.cpu.training_set import (
     file_records,
     file_sha256,
 )
+from dripper.labelers.cpu_seq.network import LOGIT_CLIP
 from dripper.labelers.cpu_seq.tokens import BlockTokens, block_tokens
 
-__all__ = ["RAW_BUCKETS", "SequenceSet", "build_sequence_set", "logit"]
+__all__ = ["RAW_BUCKETS", "SequenceSet", "build_sequence_set", "logit", "stage_logits"]
 
 #: Token ids as stored in a built set: the whole 32-bit hash.
 RAW_BUCKETS = 1 << 32
@@ -48,10 +49,16 @@ class SequenceSet:
         return self.training.pages
 
 
-def logit(probability: np.ndarray, clip: float = 12.0) -> np.ndarray:
+def logit(probability: np.ndarray, clip: float = LOGIT_CLIP) -> np.ndarray:
     """Log-odds of probabilities, clipped to ``[-clip, clip]`` (a tree probability of 1.0 included)."""
     p = np.clip(np.asarray(probability, np.float64), 1e-12, 1 - 1e-12)
     return np.clip(np.log(p) - np.log1p(-p), -clip, clip).astype(np.float32)
+
+
+def stage_logits(stage1: Sequence[np.ndarray], stage2: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Per page, ``(n_blocks, 2)`` tree logits from the two stages' probabilities (a cross-validation's out
+    of fold ones): what the network reads beside the block features."""
+    return [np.stack([logit(a), logit(b)], axis=1) for a, b in zip(stage1, stage2, strict=True)]
 
 
 def _examples(records: list[dict]) -> list[tuple[PageExample, BlockTokens] | str]:

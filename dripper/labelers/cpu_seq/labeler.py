@@ -17,13 +17,13 @@ from typing import Any
 import numpy as np
 
 from dripper.labelers.base import BlockLabeler, LabelRequest, Labels, register_labeler
-from dripper.labelers.cpu.decision import check_settings, expected_f1, finish_labels
-from dripper.labelers.cpu.features import PageFeatures, context_features, page_features
+from dripper.labelers.cpu.decision import check_settings, gate_labels
+from dripper.labelers.cpu.features import PageFeatures, page_features
 from dripper.labelers.cpu.model import CpuModel, default_model_path, load_model
-from dripper.labelers.cpu_seq.network import SeqNetwork
+from dripper.labelers.cpu_seq.network import SeqNetwork, numeric_inputs
 from dripper.labelers.cpu_seq.tokens import BlockTokens, block_tokens
 
-__all__ = ["CpuSeqLabeler", "default_seq_model_path", "gate_labels", "numeric_inputs", "tree_logits"]
+__all__ = ["CpuSeqLabeler", "default_seq_model_path"]
 
 #: Settings a model file does not name (those of the shipped ``cpu`` model).
 DEFAULT_SETTINGS = {
@@ -37,49 +37,6 @@ DEFAULT_SETTINGS = {
 def default_seq_model_path() -> Path:
     """Where a shipped network would lie (``dripper/resources/cpu_seq_labeler/model.npz``; none ships yet)."""
     return Path(str(resources.files("dripper") / "resources" / "cpu_seq_labeler" / "model.npz"))
-
-
-def tree_logits(trees: CpuModel, pages: Sequence[PageFeatures]) -> list[np.ndarray]:
-    """``(n_blocks, 2)`` stage-1 and stage-2 tree logits of every page (one batched pass per stage)."""
-    sizes = [page.n_blocks for page in pages]
-    if not sum(sizes):
-        return [np.zeros((size, 2), np.float32) for size in sizes]
-    splits = np.cumsum(sizes)[:-1]
-    stacked = np.concatenate([page.values for page in pages])
-    first = trees.stage1.decision_function(stacked)
-    if trees.stage2 is None:
-        second = first
-    else:
-        probability = 1.0 / (1.0 + np.exp(-first))
-        context = np.concatenate(
-            [context_features(page, p) for page, p in zip(pages, np.split(probability, splits), strict=True)]
-        )
-        second = trees.stage2.decision_function(np.concatenate([stacked, context], axis=1))
-    both = np.stack([first, second], axis=1).astype(np.float32)
-    return np.split(both, splits)
-
-
-def numeric_inputs(features: PageFeatures, logits: np.ndarray) -> np.ndarray:
-    """The network's numeric inputs of a page: its block features, then the two tree logits."""
-    return np.concatenate([features.values, logits], axis=1).astype(np.float32)
-
-
-def gate_labels(
-    p: np.ndarray, chars: np.ndarray, threshold: float, decision: str, min_confidence: float, min_page: float
-) -> Labels:
-    """Labels of one page from its block probabilities, with ``cpu``'s two confidence gates."""
-    confidence = [round(v, 4) for v in p.tolist()]
-    main = finish_labels(p, chars, threshold, decision=decision)
-    page_confidence = round(expected_f1(p, chars, main), 4)
-    top = float(p[chars > 0].max()) if (chars > 0).any() else 0.0
-    failure = None
-    if top < min_confidence:
-        failure = f"low confidence: no block above {min_confidence:g} (best {top:.2f})"
-    elif page_confidence < min_page:
-        failure = f"low confidence: expected F1 {page_confidence:.2f} below {min_page:g}"
-    if failure is not None:
-        return Labels(main=None, failure=failure, confidence=confidence, page_confidence=page_confidence)
-    return Labels(main=main, confidence=confidence, page_confidence=page_confidence)
 
 
 @lru_cache(maxsize=4)
@@ -148,7 +105,7 @@ class CpuSeqLabeler(BlockLabeler):
     def probabilities(self, pages: Sequence[tuple[PageFeatures, BlockTokens]]) -> list[np.ndarray]:
         """Block probabilities of featurised pages (``(features, tokens)`` each)."""
         started = time.perf_counter()
-        logits = tree_logits(self.trees, [features for features, _ in pages])
+        logits = self.trees.stage_logits([features for features, _ in pages])
         trees_done = time.perf_counter()
         inputs = [
             (numeric_inputs(features, logit), tokens)

@@ -20,18 +20,26 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from dripper.labelers.cpu_seq.tokens import BlockTokens
 
-__all__ = ["FORMAT", "NetworkConfig", "SeqNetwork", "windows"]
+if TYPE_CHECKING:
+    from dripper.labelers.cpu.features import PageFeatures
+
+__all__ = ["FORMAT", "NetworkConfig", "SeqNetwork", "numeric_inputs", "windows"]
 
 FORMAT = "dripper-cpu-seq-labeler"
 FORMAT_VERSION = 1
 #: Tree logits are clipped here before use: a leaf sum past it says nothing more.
 LOGIT_CLIP = 12.0
+
+
+def numeric_inputs(features: PageFeatures, logits: np.ndarray) -> np.ndarray:
+    """The network's numeric inputs of a page, float32: its block features, then the two tree logits."""
+    return np.concatenate([features.values, logits], axis=1).astype(np.float32)
 
 
 @dataclass(frozen=True)

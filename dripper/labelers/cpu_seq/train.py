@@ -17,7 +17,7 @@ import numpy as np
 
 from dripper.labelers.cpu.fit import block_weights, page_multipliers
 from dripper.labelers.cpu.training_set import PageExample
-from dripper.labelers.cpu_seq.network import LOGIT_CLIP, NetworkConfig, SeqNetwork
+from dripper.labelers.cpu_seq.network import LOGIT_CLIP, NetworkConfig, SeqNetwork, numeric_inputs
 from dripper.labelers.cpu_seq.tokens import BlockTokens
 
 __all__ = ["SeqTrainParams", "build_module", "fit_network", "module_to_network"]
@@ -133,7 +133,7 @@ def _prepare(pages, tokens, logits, indexes, params: SeqTrainParams) -> list[_Pa
             keep &= page.known
             weights = weights * params.snippet_weight
         weights = np.where(keep, weights, 0.0).astype(np.float32)
-        numeric = np.concatenate([page.features.values, logits[index]], axis=1).astype(np.float32)
+        numeric = numeric_inputs(page.features, logits[index])
         out.append(
             _Page(
                 numeric,
