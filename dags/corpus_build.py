@@ -6,6 +6,10 @@ Started from the UI's trigger form (crawl, how many WARC files, extractor, stora
     select_warcs → simplify (mapped over batches of WARC files) → record_simplify → extract → refine
     → tokenize → publish_corpus (emits the corpus asset)
 
+Where the extractor needs no GPU (``extract_one_pass``: auto, always, never), the simplify tasks and
+record_simplify are skipped and extract reads the selection's WARC files in one pass, with no
+``simplified/`` folder.
+
 Every task resumes: finished shards, datatrove tasks and token files are kept, so clearing a failed task
 (or triggering again with the same parameters) continues where the run stopped. Where things go:
 ``{storage_root}/runs/{crawl}/{selection}/`` (simplified) and ``…/extractors/{extractor}/`` (the rest).
@@ -21,6 +25,7 @@ from _common import (
     DEFAULT_ARGS,
     EXTRACT,
     REFINE,
+    SIMPLIFY,
     STORAGE,
     TOKENIZE,
     selection_xcom,
@@ -46,11 +51,15 @@ with DAG(
     tags=["dripper", "corpus"],
     doc_md=__doc__,
 ) as dag:
-    _, record_simplify, selection_root = simplified_selection()
+    _, record_simplify, selection_root = simplified_selection(
+        extract_config=ExtractStageConfig.form_templates()
+    )
     extract = ExtractOperator(
         task_id="extract",
         input_root=selection_root,
         config=ExtractStageConfig.form_templates(),
+        simplify_config=SIMPLIFY["config"],
+        trigger_rule="none_failed",  # record_simplify is skipped where the extractor reads the WARC files
         **EXTRACT,
     )
     run_root = xcom("extract", "output_root")

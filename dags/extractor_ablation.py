@@ -2,7 +2,8 @@
 pretrained on each, its checkpoints scored on the benchmark suite, and the ablation report.
 
     check_extractors, check_suite → select_warcs → simplify (mapped over WARC batches) → record_simplify
-    → extract → refine → tokenize → pretrain → evaluate      (each mapped over the extractors)
+    → extract → refine → tokenize (each mapped over the extractors) → training_plan
+    → pretrain → evaluate      (each mapped over the extractors × seeds)
     → extraction_quality (the same extractor specs on a labelled page set) → ablation_report
 
 Extractors are specs (``dripper.config.extractor``): ``cpu``, ``trafilatura``, or
@@ -14,8 +15,11 @@ fails the run before any WARC is read or model trained.
 The WARC selection and its simplified pages are shared (``{storage_root}/runs/{crawl}/{selection}/``, the
 same folders ``corpus_build`` uses, so a corpus already built is reused); each extractor gets
 ``…/extractors/{name}/`` with its corpus, tokens, ``pretrain/`` and ``eval/``; the report goes to
-``{selection}/ablations/{name}/report/``. Each model is checkpointed every ``eval_every`` steps and every
-checkpoint is scored, so the report shows scores over training tokens with their standard errors.
+``{selection}/ablations/{name}/report/``. Every arm trains on the same token budget (``train_tokens``; the
+report shows each arm's epochs over its corpus), once per seed (``seeds``); each model is checkpointed every
+``eval_every`` steps and every checkpoint is scored, on the benchmarks and by its loss on a held-out
+reference text (the early signal), so the report shows both over training tokens, read against the spread
+across seeds and the benchmarks' standard errors.
 Pretraining (``python -m dripper.pretrain``), evaluation (``python -m dripper.eval.lm_suite``) and the report
 (``python -m dripper.eval.report``) run in processes of their own; a worker without their modules fails those tasks
 at once with a message naming the missing module, and the corpora before them are kept: clearing the tasks
@@ -57,6 +61,16 @@ from dripper.config.report import ReportStageConfig
 
 #: The report config's fields, rendered from the form (the extraction-quality task reads its labelled pages).
 REPORT = ReportStageConfig.form_templates()
+#: Each arm's refinement: decontaminated unless the form says no, against the suite its models are scored on
+#: (and that suite's fixtures) unless the form names another.
+ABLATION_REFINE = REFINE | {
+    "config": REFINE["config"]
+    | {
+        "decontaminate": "{{ params.refine_decontaminate is not false }}",
+        "decont_suite": "{{ params.refine_decont_suite or params.eval_suite }}",
+        "decont_fixtures": "{{ params.refine_decont_fixtures or params.eval_fixtures }}",
+    }
+}
 
 
 def _spec(config: dict[str, Any]) -> dict[str, Any]:
@@ -96,6 +110,7 @@ with DAG(
             specs = parse_extractors(params["extractors"])
             check_labeler_options(specs)
             configs = [ExtractStageConfig.from_form(params, extractor=spec) for spec in specs]
+            PretrainStageConfig.from_form(params)  # the budget and seeds, before any WARC is read
         except (ExtractorSpecError, StageConfigError) as error:
             raise AirflowFailException(str(error)) from None
         return [config.model_dump(mode="json") for config in configs]
@@ -110,15 +125,34 @@ with DAG(
     extract = ExtractOperator.partial(task_id="extract", input_root=selection_root, **EXTRACT).expand(
         config=extractors
     )
-    refine = RefineOperator.partial(task_id="refine", **REFINE).expand(root=extract.output.map(_root))
+    refine = RefineOperator.partial(task_id="refine", **ABLATION_REFINE).expand(
+        root=extract.output.map(_root)
+    )
     tokenize = TokenizeOperator.partial(task_id="tokenize", **TOKENIZE).expand(root=refine.output.map(_root))
+
+    @task(retries=0)
+    def training_plan(
+        arms: list[dict[str, Any]], params: dict[str, Any] | None = None
+    ) -> list[dict[str, Any]]:
+        """One training run per arm and seed, on the same token budget; with ``equalize_corpora`` every
+        arm's corpus cut to the smallest arm's tokens (:func:`dripper.runs.jobs.training_plan`)."""
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from dripper.config.settings import StageConfigError
+        from dripper.runs.jobs import training_plan as plan
+
+        try:
+            return plan(PretrainStageConfig.from_form(params), list(arms))
+        except (StageConfigError, ValueError) as error:
+            raise AirflowFailException(str(error)) from None
+
     pretrain = PretrainOperator.partial(
         task_id="pretrain",
         **templated("tokenizer"),
         config=PretrainStageConfig.form_templates(),
         **templated(run_on="pretrain_run_on", slurm="pretrain_slurm"),
         retries=0,
-    ).expand(tokens=tokenize.output)
+    ).expand(tokens=training_plan(tokenize.output))
     evaluate = EvaluateOperator.partial(
         task_id="evaluate",
         config=EvaluateStageConfig.form_templates(),
@@ -149,7 +183,11 @@ with DAG(
             "crawl": "{{ params.crawl_id }}",
             "warc_files": "{{ ti.xcom_pull(task_ids='select_warcs', key='selection')['warc_files'] }}",
             "model": "{{ params.pretrain_model }}",
+            "train_tokens": "{{ params.train_tokens }}",
             "train_steps": "{{ params.train_steps }}",
+            "seeds": "{{ params.seeds }}",
+            "max_epochs": "{{ params.max_epochs }}",
+            "equalize_corpora": "{{ params.equalize_corpora }}",
             "eval_every": "{{ params.eval_every }}",
             "suite": "{{ params.eval_suite }}",
             "tokenizer": "{{ params.tokenizer }}",

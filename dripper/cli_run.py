@@ -5,8 +5,9 @@
     dripper run extract  --input runs/sample --extractor cpu          # → runs/sample/extractors/cpu/
     dripper run refine   --input runs/sample --extractor cpu
     dripper run tokenize --input runs/sample --extractor cpu --tokenizer .cache/models/qwen-tokenizer
-    dripper run pretrain --input runs/sample --extractor cpu --tokenizer … --train-steps 20 --eval-every 10
-    dripper run evaluate --input runs/sample --extractor cpu --suite local
+    dripper run pretrain --input runs/sample --extractor cpu trafilatura --tokenizer … --train-tokens 5120 \
+        --seeds 1234 1235 --eval-every 10                               # one run per arm and seed
+    dripper run evaluate --input runs/sample --extractor cpu trafilatura --suite local
     dripper run report   --input runs/sample --extractor cpu trafilatura --name first
 """
 
@@ -55,11 +56,15 @@ examples:
 """
 
 EXTRACT_EPILOG = """--labeler takes a registered name or an import path module:factory (a BlockLabeler factory).
-Extracted shard i is made from simplified shard i; only finished simplified shards are read. A rerun
-skips finished extracted shards whatever labeler made them: use a new --output root (or --force) to
-extract again with another labeler.
+--input is a run root holding simplified/ (extracted shard i is made from simplified shard i; only finished
+simplified shards are read), or WARC inputs (the forms of `dripper run simplify`, with its selection and
+page-limit flags) and --output the run root: then the extractor reads them in one pass, with no
+simplified/ folder, where it needs no GPU (--one-pass auto; always, never), else it simplifies into
+ROOT/simplified/ and extracts from there. A rerun skips finished extracted shards whatever labeler made
+them: use a new --output root (or --force) to extract again with another labeler.
 
 examples:
+  dripper run extract --input snapshot:CC-MAIN-SAMPLE@data/sample --warc-count 4 --output runs/one --extractor cpu
   dripper run extract --input runs/sample --output runs/sample --labeler trafilatura
   dripper run extract --input s3://my-bucket/run --output s3://my-bucket/run --labeler vllm \\
       --labeler-option model=/models/dripper --batch-size 256
@@ -113,21 +118,32 @@ def add_run_parser(commands) -> None:
 
     extract = stages.add_parser(
         "extract",
-        help="ROOT/simplified/ → ROOT/extractors/{name}/extracted/ with an extractor spec",
-        description="Label the simplified pages of a run root and write {ROOT}/extracted/ (one row per page; "
-        "the docs' data-plane page lists the columns).",
+        help="ROOT/simplified/ (or WARC files, in one pass) → ROOT/extractors/{name}/extracted/ with an "
+        "extractor spec",
+        description="Label the simplified pages of a run root, or the pages of WARC files, and write "
+        "{ROOT}/extractors/{name}/extracted/ (one row per page; the docs' data-plane page lists the columns).",
         epilog=EXTRACT_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    extract.add_argument("--input", required=True, help="the run root holding simplified/")
+    extract.add_argument(
+        "--input", required=True, nargs="+", help="the run root holding simplified/, or WARC inputs (below)"
+    )
     extract.add_argument(
         "--output",
         default=None,
-        help="the extractor's folder, holding extracted/ (default: ROOT/extractors/{extractor name})",
+        help="the extractor's folder, holding extracted/ (default: ROOT/extractors/{extractor name}); with WARC "
+        "inputs, the run root (required)",
     )
     add_extractor_arguments(extract)
     ExtractStageConfig.add_arguments(extract, skip=["extractor"])
+    SimplifyStageConfig.add_arguments(extract, skip=["workers"])  # with WARC inputs; --workers is extract's
     _add_common_run_options(extract)
+    extract.add_argument(
+        "--input-storage-option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="fsspec option of the WARC files, repeatable (default: the --storage-option values)",
+    )
     extract.set_defaults(handler=run_extract_stage)
     add_later_stages(stages)
 
@@ -195,7 +211,9 @@ it may be left out.
 """
 
 
-def _add_extractor_stage(stages, name: str, help_text: str, handler) -> argparse.ArgumentParser:
+def _add_extractor_stage(
+    stages, name: str, help_text: str, handler, several: bool = False
+) -> argparse.ArgumentParser:
     parser = stages.add_parser(
         name,
         help=help_text,
@@ -204,9 +222,17 @@ def _add_extractor_stage(stages, name: str, help_text: str, handler) -> argparse
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--input", required=True, help="the run root (holding simplified/ and extractors/)")
-    parser.add_argument(
-        "--extractor", default=None, help="the extractor's name (its folder under extractors/)"
-    )
+    if several:
+        parser.add_argument(
+            "--extractor",
+            nargs="+",
+            default=None,
+            help="the arms: extractors' names (their folders under extractors/), one run each per seed",
+        )
+    else:
+        parser.add_argument(
+            "--extractor", default=None, help="the extractor's name (its folder under extractors/)"
+        )
     parser.add_argument("--quiet", action="store_true", help="warnings only")
     parser.set_defaults(handler=handler)
     return parser
@@ -237,12 +263,18 @@ def add_later_stages(stages) -> None:
     pretrain = _add_extractor_stage(
         stages,
         "pretrain",
-        "tokens/ → a model in pretrain/{run}/, every checkpoint exported",
+        "tokens/ → a model per seed in pretrain/{run}/, every checkpoint exported (several extractors: "
+        "the same token budget for each, one after another)",
         run_pretrain_stage,
+        several=True,
     )
     TokenizeStageConfig.add_arguments(pretrain, ["tokenizer"])
     PretrainStageConfig.add_arguments(pretrain)
-    pretrain.add_argument("--run", default=None, help="the run's folder name (default: {model}-{steps}steps)")
+    pretrain.add_argument(
+        "--run",
+        default=None,
+        help="the run's folder name, one extractor and seed (default: {model}-{budget}-seed{seed})",
+    )
     pretrain.add_argument(
         "train_arguments",
         nargs=argparse.REMAINDER,
@@ -252,12 +284,14 @@ def add_later_stages(stages) -> None:
     evaluate = _add_extractor_stage(
         stages,
         "evaluate",
-        "score every exported checkpoint on a benchmark suite (lm-eval)",
+        "score every exported checkpoint on a benchmark suite (lm-eval) and by its loss on a held-out "
+        "reference text",
         run_evaluate_stage,
+        several=True,
     )
     EvaluateStageConfig.add_arguments(evaluate)
     evaluate.add_argument(
-        "--run", default=None, help="the training run's folder name (default: the only one)"
+        "--run", default=None, help="the training run's folder name (default: every run under pretrain/)"
     )
 
     report = stages.add_parser(
@@ -272,7 +306,7 @@ def add_later_stages(stages) -> None:
     )
     ReportStageConfig.add_arguments(report)
     report.add_argument(
-        "--run", default=None, help="the training run's folder name (default: each one's only run)"
+        "--run", default=None, help="the training run's folder name (default: each one's runs, one per seed)"
     )
     report.add_argument("--title", default=None)
     report.add_argument("--quiet", action="store_true")
@@ -307,13 +341,22 @@ def _extractor_layout(args: argparse.Namespace):
     return layout.extractor(found[0])
 
 
-def _only_run(folder: str, what: str) -> str:
+def _extractor_layouts(args: argparse.Namespace) -> list:
+    """The extractors' folders of a stage that takes several (``--extractor A B …``, or the only one)."""
+    names = args.extractor or [None]
+    return [_extractor_layout(argparse.Namespace(input=args.input, extractor=name)) for name in names]
+
+
+def _runs(folder: str, run: str | None) -> list[str]:
+    """``run``, or every training run under ``folder`` (``{extractor}/pretrain``)."""
     from pathlib import Path
 
+    if run:
+        return [run]
     runs = sorted(p.name for p in Path(folder).glob("*") if p.is_dir())
-    if len(runs) != 1:
-        raise ValueError(f"{folder}: name the {what} with --run (found: {', '.join(runs) or 'none'})")
-    return runs[0]
+    if not runs:
+        raise ValueError(f"{folder}: no training run: run `dripper run pretrain` first")
+    return runs
 
 
 def _print(result: dict) -> int:
@@ -329,7 +372,8 @@ def run_refine_stage(args: argparse.Namespace) -> int:
     _configure_run_logging(args.quiet)
     stage = RefineStageConfig.from_arguments(args)
     folder = _extractor_layout(args)
-    config = refine_config(stage.steps, stage.tasks, stage.workers, stage.options)  # tokenize: its own stage
+    # tokenize: its own stage
+    config = refine_config(stage.steps, stage.tasks, stage.workers, stage.refine_options())
     return _print(refine_result(folder.root, run_refine(folder.root, folder.root, config, force=args.force)))
 
 
@@ -353,20 +397,34 @@ def run_pretrain_stage(args: argparse.Namespace) -> int:
     import subprocess
 
     from dripper.config.pretrain import PretrainStageConfig
+    from dripper.io.json_files import read_json
     from dripper.pretrain.cli import main as pretrain_main
-    from dripper.runs.jobs import pretrain_job
+    from dripper.runs.jobs import pretrain_job, training_plan
 
     _configure_run_logging(args.quiet)
     stage = PretrainStageConfig.from_arguments(args, arguments=[a for a in args.train_arguments if a != "--"])
-    folder = _extractor_layout(args)
-    job = pretrain_job(stage, folder.root, folder.tokens, _tokenizer(args), args.run)
-    if job.launcher:  # data parallel: torchrun starts the ranks
-        code = subprocess.run([*job.launcher, "pretrain", *job.train], check=False).returncode
-    else:
-        code = pretrain_main(job.train)
-    if code:
-        return code
-    return pretrain_main(job.export)
+    folders = _extractor_layouts(args)
+    arms = []
+    for folder in folders:
+        summary = read_json(folder.tokens_summary) or {}
+        arms.append({"root": folder.root, "tokens": folder.tokens, "token_count": summary.get("tokens")})
+    plan = training_plan(stage, arms)
+    if args.run and len(plan) > 1:
+        raise ValueError("--run names one training run: give one extractor and one seed (--seeds N)")
+    runs = []
+    for entry in plan:  # one after another: the DAG runs them in parallel
+        job = pretrain_job(stage, entry["root"], entry["tokens"], _tokenizer(args), args.run, entry["seed"],
+                           entry["data_token_limit"])  # fmt: skip
+        if job.launcher:  # data parallel: torchrun starts the ranks
+            code = subprocess.run([*job.launcher, "pretrain", *job.train], check=False).returncode
+        else:
+            code = pretrain_main(job.train)
+        if code or (code := pretrain_main(job.export)):
+            return code
+        runs.append(
+            {"run_dir": job.run_dir, "seed": entry["seed"], "data_token_limit": entry["data_token_limit"]}
+        )
+    return _print({"runs": runs})
 
 
 def run_evaluate_stage(args: argparse.Namespace) -> int:
@@ -374,22 +432,33 @@ def run_evaluate_stage(args: argparse.Namespace) -> int:
 
     from dripper.config.evaluate import EvaluateStageConfig
     from dripper.eval.lm_suite import run_suite_many
+    from dripper.eval.reference import reference_for_run
     from dripper.runs.jobs import EvaluationFolders, collect_scores
 
     _configure_run_logging(args.quiet)
     stage = EvaluateStageConfig.from_arguments(args)
-    folder = _extractor_layout(args)
-    run = args.run or _only_run(str(Path(folder.root, "pretrain")), "training run")
-    checkpoints = sorted(Path(folder.hf_checkpoints(run)).glob("iter_*"))
-    if not checkpoints:
-        raise FileNotFoundError(
-            f"{folder.hf_checkpoints(run)}: no exported checkpoint: run `dripper run pretrain` first"
-        )
-    folders = EvaluationFolders.of(folder.root, run)
-    summaries = run_suite_many(stage.suite, checkpoints, out_dir=Path(folders.checkpoints), device=stage.device,
-                               limit=stage.limit, fixtures=stage.fixtures)  # fmt: skip
-    scores = collect_scores(folders, checkpoints)["scores"]
-    return _print({"scores": scores, "means": {s["model"]: s["mean"] for s in summaries}})
+    results = []
+    for folder in _extractor_layouts(args):
+        reference = reference_for_run(folder.root, stage.reference_text, stage.reference_pages)
+        for run in _runs(str(Path(folder.root, "pretrain")), args.run):
+            checkpoints = sorted(Path(folder.hf_checkpoints(run)).glob("iter_*"))
+            if not checkpoints:
+                raise FileNotFoundError(
+                    f"{folder.hf_checkpoints(run)}: no exported checkpoint: run `dripper run pretrain` first"
+                )
+            folders = EvaluationFolders.of(folder.root, run)
+            summaries = run_suite_many(stage.suite, checkpoints, out_dir=Path(folders.checkpoints),
+                                       device=stage.device, limit=stage.limit, fixtures=stage.fixtures,
+                                       reference=reference["file"])  # fmt: skip
+            scores = collect_scores(folders, checkpoints)["scores"]
+            results.append(
+                {
+                    "scores": scores,
+                    "means": {s["model"]: s["mean"] for s in summaries},
+                    "reference_loss": {s["model"]: s.get("reference_loss") for s in summaries},
+                }
+            )
+    return _print(results[0] if len(results) == 1 else {"runs": results})
 
 
 def run_report_stage(args: argparse.Namespace) -> int:
@@ -421,17 +490,41 @@ def run_report_stage(args: argparse.Namespace) -> int:
         progress=False,
     )  # fmt: skip
     runs = {
-        f.root: args.run or _only_run(str(Path(f.root, "pretrain")), "training run")
+        f.root: _runs(str(Path(f.root, "pretrain")), args.run)
         for f in folders
         if Path(f.root, "pretrain").is_dir()
     }
     manifest = ablation_manifest([f.root for f in folders], train_runs=runs,
                                  extraction_summary=str(out / "extraction" / "summary.json"),
-                                 title=args.title or f"Extractor ablation {name}", run={"run_root": args.input},
+                                 title=args.title or f"Extractor ablation {name}",
+                                 run={"run_root": args.input, **_training_description(runs)},
                                  lm_pages_per_second=stage.lm_pages_per_second)  # fmt: skip
     files = write_report_manifest(str(out / "report"), manifest)
     write_report(load_manifest(files.manifest), Path(files.html), Path(files.markdown))
     return _print({"html": files.html, "markdown": files.markdown})
+
+
+def _training_description(runs: dict[str, list[str]]) -> dict[str, Any]:
+    """What the training runs share, for the report's "what was run": the model, budget and seeds (from
+    each run's ``run.json``)."""
+    from pathlib import Path
+
+    from dripper.layout import ExtractorLayout
+
+    configs = []
+    for root, names in runs.items():
+        for name in names:
+            path = Path(ExtractorLayout(root).pretrain(name), "run.json")
+            if path.exists():
+                configs.append(json.loads(path.read_text(encoding="utf-8")).get("train", {}))
+    if not configs:
+        return {}
+    first = configs[0]
+    described = {"model": first.get("model"), "seeds": sorted({c.get("seed") for c in configs})}
+    for key in ("train_tokens", "train_steps", "data_token_limit"):
+        if all(c.get(key) == first.get(key) for c in configs) and first.get(key) is not None:
+            described[key] = first[key]
+    return described
 
 
 def _configure_run_logging(quiet: bool) -> bool | None:
@@ -478,21 +571,68 @@ def run_simplify_stage(args: argparse.Namespace) -> int:
     return _finish_stage(report)
 
 
+def _names_warc_files(inputs: list[str], storage_options: dict[str, Any] | None) -> bool:
+    """Whether ``dripper run extract --input`` names WARC files rather than a run root: several inputs, a
+    snapshot, a listing, a WARC file or glob, or a folder holding neither simplified/ nor extractors/."""
+    import posixpath
+
+    from dripper.io.storage import filesystem_for
+
+    if len(inputs) != 1:
+        return True
+    spec = inputs[0]
+    name = posixpath.basename(spec.rstrip("/"))
+    if spec.startswith("snapshot:") or name.endswith((".paths", ".paths.gz")) or ".warc" in name:
+        return True
+    if any(char in spec for char in "*?["):
+        return True
+    fs, path = filesystem_for(spec, storage_options)
+    if not fs.isdir(path):
+        return False  # not there (yet): read as a run root, whose error says what to run first
+    markers = ("simplified", "extractors", "_run_summary.json")
+    return not any(fs.exists(posixpath.join(path.rstrip("/"), marker)) for marker in markers)
+
+
 def run_extract_stage(args: argparse.Namespace) -> int:
     from dripper.config.extract import ExtractStageConfig
-    from dripper.stages.extractor import run_extractor
+    from dripper.config.simplify import SimplifyStageConfig
+    from dripper.stages.extractor import run_extractor, run_extractor_one_pass
+    from dripper.stages.one_pass import chooses_one_pass
+    from dripper.stages.simplify import plan_simplify_shards, resolve_warc_inputs, simplify_stage
 
     progress = _configure_run_logging(args.quiet)
     stage = ExtractStageConfig.from_arguments(args, extractor=extractor_from_arguments(args))
     storage_options = parse_key_values(args.storage_option, "--storage-option") or None
-    report = run_extractor(
-        args.input,
-        stage,
-        args.output,
-        storage_options=storage_options,
-        force=args.force,
-        scheduler=args.dask_scheduler,
-        progress=progress,
-        raise_on_failure=False,
+    input_options = (
+        parse_key_values(args.input_storage_option, "--input-storage-option")
+        if args.input_storage_option
+        else storage_options
     )
+    run = {
+        "force": args.force,
+        "scheduler": args.dask_scheduler,
+        "progress": progress,
+        "raise_on_failure": False,
+    }
+    if not _names_warc_files(args.input, input_options):
+        (root,) = args.input
+        report = run_extractor(root, stage, args.output, storage_options=storage_options,
+                               input_storage_options=input_options, **run)  # fmt: skip
+        return _finish_stage(report)
+    if not args.output:
+        raise ValueError("dripper run extract with WARC inputs needs --output (the run root)")
+    reading = SimplifyStageConfig.from_arguments(args, workers=stage.workers)
+    if not chooses_one_pass(stage, args.output, storage_options):
+        simplified = simplify_stage(args.input, args.output, reading, storage_options=storage_options,
+                                    input_storage_options=input_options, **run)  # fmt: skip
+        if not simplified.ok:
+            return _finish_stage(simplified)
+        report = run_extractor(args.output, stage, storage_options=storage_options,
+                               input_storage_options=input_options, **run)  # fmt: skip
+        return _finish_stage(report)
+    warc_files = resolve_warc_inputs(args.input, count=reading.warc_count, fraction=reading.warc_fraction,
+                                     seed=reading.seed, storage_options=input_options)  # fmt: skip
+    shards = list(enumerate(plan_simplify_shards(warc_files, reading.warcs_per_shard)))
+    report = run_extractor_one_pass(args.output, shards, stage, reading, storage_options=storage_options,
+                                    input_storage_options=input_options, **run)  # fmt: skip
     return _finish_stage(report)

@@ -2,7 +2,7 @@
 
 Registered by name (``--fallback NAME``). Each takes the decoded page and returns main HTML; the pipeline
 converts it to Markdown with the same converter as the main path, so a fallback result is never left
-without Markdown (an upstream defect, UPSTREAM.md §1.0).
+without Markdown (an upstream defect, docs/upstream.md#orchestration).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["normalize_markdown"]
+__all__ = ["markdown_plain_text", "normalize_markdown"]
 
 # Markdown normalisation. Line-anchored markers are removed before the inline runs so that "* * *" is
 # recognised as a rule, not as a bullet followed by emphasis.
@@ -49,3 +49,17 @@ def normalize_markdown(text: str) -> str:
         text = stripped
     text = _INLINE_MARKUP.sub(" ", text)
     return " ".join(text.split())
+
+
+_TABLE_RULE = re.compile(r"^[\s|:-]*-[\s|:-]*$")
+
+
+def markdown_plain_text(text: str) -> str:
+    """Markdown as plain text for a corpus: each line stripped of its markup (:func:`normalize_markdown`),
+    table rules dropped, paragraphs kept apart by one blank line."""
+    lines = []
+    for line in text.splitlines():
+        plain = "" if _TABLE_RULE.match(line) else normalize_markdown(line)
+        if plain or (lines and lines[-1]):
+            lines.append(plain)
+    return "\n".join(lines).strip()

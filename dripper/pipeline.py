@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -23,6 +23,7 @@ from dripper.config.simplify import SimplifyStageConfig
 from dripper.decode import decode_html
 from dripper.fallback import Fallback, build_fallback
 from dripper.labelers.base import DEFAULT_LABELER, BlockLabeler, LabelRequest, Labels, build_labeler
+from dripper.labelers.whole_page import PageExtractor
 from dripper.markdown import MarkdownOptions, html_to_markdown
 from dripper.prompt import prompt_tokens_estimate
 from dripper.reconstruct import main_tree
@@ -101,6 +102,35 @@ def prepare_page(page: Page, options: ExtractOptions | None = None) -> PreparedP
     Never raises for a bad page: the reason is in :attr:`PreparedPage.problem`.
     """
     options = options or ExtractOptions()
+    prepared = _decoded_page(page, options)
+    if prepared.problem is not None:
+        return prepared
+    text, stats = prepared.text, prepared.stats
+    problem = None
+    simplified = None
+    started = time.perf_counter()
+    try:
+        simplified = simplify_html(text, page.doc_id, page.url, options.simplify)
+    except RecursionError:
+        problem = "simplify_failed: nesting too deep"
+    except Exception as error:  # a page the simplifier cannot take goes to the fallback, not the batch
+        problem = f"simplify_failed: {type(error).__name__}: {error}"[:300]
+    stats["simplify_seconds"] = time.perf_counter() - started
+    if simplified is not None:
+        stats["n_blocks"] = simplified.n_blocks
+        if simplified.n_blocks == 0:
+            problem = "no_blocks"
+    return PreparedPage(text, simplified, problem, stats)
+
+
+def _decoded_page(
+    page: Page, options: ExtractOptions, decode: Callable[[bytes, str | None], str] | None = None
+) -> PreparedPage:
+    """Check and decode one page (no simplification): ``problem`` is an input problem or ``None``.
+
+    ``decode`` turns bytes into text (a whole-page extractor decodes as its anchor did); by default
+    :func:`dripper.decode.decode_html`.
+    """
     stats: dict = {}
     if page.metadata.get("input_error"):
         return PreparedPage("", None, f"invalid_input: {page.metadata['input_error']}", stats)
@@ -118,6 +148,11 @@ def prepare_page(page: Page, options: ExtractOptions | None = None) -> PreparedP
         )
     if isinstance(html, str):
         text = html
+    elif decode is not None:
+        try:
+            text = decode(bytes(html), page.http_charset)
+        except ValueError as error:
+            return PreparedPage("", None, f"invalid_input: {error}"[:300], stats)
     else:
         decoded = decode_html(bytes(html), page.http_charset)
         text = decoded.text
@@ -125,20 +160,7 @@ def prepare_page(page: Page, options: ExtractOptions | None = None) -> PreparedP
     problem = _input_problem(text)
     if problem:
         return PreparedPage("", None, problem, stats)
-    simplified = None
-    started = time.perf_counter()
-    try:
-        simplified = simplify_html(text, page.doc_id, page.url, options.simplify)
-    except RecursionError:
-        problem = "simplify_failed: nesting too deep"
-    except Exception as error:  # a page the simplifier cannot take goes to the fallback, not the batch
-        problem = f"simplify_failed: {type(error).__name__}: {error}"[:300]
-    stats["simplify_seconds"] = time.perf_counter() - started
-    if simplified is not None:
-        stats["n_blocks"] = simplified.n_blocks
-        if simplified.n_blocks == 0:
-            problem = "no_blocks"
-    return PreparedPage(text, simplified, problem, stats)
+    return PreparedPage(text, None, None, stats)
 
 
 @dataclass
@@ -175,11 +197,17 @@ class Extractor:
     labeler's labels; the fallback runs only for pages left without labels by both. ``route_counts`` holds
     what was routed so far (``stats["route"]``, ``stats["routed"]`` and ``stats["prompt_tokens_estimate"]``
     on each scored page).
+
+    With a whole-page extractor (:class:`~dripper.labelers.whole_page.PageExtractor`: ``fineweb``,
+    ``dclm``) in place of a labeler, pages are neither simplified nor labelled: the extractor's text is the
+    result's ``markdown`` (``main_html`` empty, ``labels`` ``None``, ``extractor`` its name). Input problems
+    still end as ``none``; a page the extractor fails on (an error, its timeout) goes to the fallback, or
+    ends empty with its reason.
     """
 
     def __init__(
         self,
-        labeler: str | BlockLabeler = DEFAULT_LABELER,
+        labeler: str | BlockLabeler | PageExtractor = DEFAULT_LABELER,
         options: ExtractOptions | None = None,
         route: Route | None = None,
     ):
@@ -188,7 +216,15 @@ class Extractor:
         self.fallback: Fallback | None = (
             build_fallback(self.options.fallback) if self.options.fallback else None
         )
-        self.extractor_name = f"dripper:{self.labeler.name}"
+        self.page_extractor = self.labeler if isinstance(self.labeler, PageExtractor) else None
+        if self.page_extractor is not None and route is not None:
+            raise ValueError(
+                f"{self.labeler.name} is a whole-page extractor: it labels no blocks, so it cannot be the "
+                "first step of a cascade (route)"
+            )
+        self.extractor_name = (
+            self.labeler.name if self.page_extractor is not None else f"dripper:{self.labeler.name}"
+        )
         self.route = route
         self.route_counts = RouteCounts()
         # A labeler that reads block text needs it extracted at simplification (either step of a cascade).
@@ -217,6 +253,8 @@ class Extractor:
 
     def extract_batch(self, pages: Sequence[Page]) -> list[ExtractResult]:
         """One result per page, in order."""
+        if self.page_extractor is not None:
+            return self._extract_whole([self._whole_page(page) for page in pages])
         return self._label_and_finish([self._prepare(page) for page in pages])
 
     def extract_simplified(
@@ -233,8 +271,19 @@ class Extractor:
           with ``problem`` as its reason;
         - ``(page, None, None)``: simplified here first, as :meth:`extract_batch` does.
 
-        One result per item, in order; the same results as :meth:`extract_batch` on the same pages.
+        One result per item, in order; the same results as :meth:`extract_batch` on the same pages. A
+        whole-page extractor reads ``page.html`` whatever the simplification gave (only an input problem
+        stops it).
         """
+        if self.page_extractor is not None:
+            work = []
+            for page, _, problem in items:
+                if is_input_problem(problem):
+                    prepared = PreparedPage("", None, problem)
+                    work.append(self._work_from(page, prepared, time.perf_counter()))
+                else:
+                    work.append(self._whole_page(page))
+            return self._extract_whole(work)
         work = []
         for page, simplified, problem in items:
             if simplified is None and problem is None:
@@ -343,6 +392,28 @@ class Extractor:
             self.route.labeler.close()
 
     # -- steps ---------------------------------------------------------------------------------------
+
+    def _whole_page(self, page: Page) -> _Work:
+        started = time.perf_counter()
+        prepared = _decoded_page(page, self.options, self.page_extractor.decode)
+        return self._work_from(page, prepared, started)
+
+    def _extract_whole(self, work: list[_Work]) -> list[ExtractResult]:
+        """A whole-page extractor's text for every item not already finished (input problems)."""
+        for item in work:
+            if item.result is not None:
+                continue
+            started = time.perf_counter()
+            try:
+                text = self.page_extractor.extract(item.text, item.page.url)
+            except Exception as error:  # one page's failure (its timeout included) is that page's result
+                item.stats["extract_seconds"] = time.perf_counter() - started
+                item.needs_fallback = f"extract_failed: {type(error).__name__}: {error}"[:300]
+                self._run_fallback(item)
+                continue
+            item.stats["extract_seconds"] = time.perf_counter() - started
+            self._finish(item, text, "", None, self.extractor_name, None)
+        return [item.result for item in work]
 
     def _prepare(self, page: Page) -> _Work:
         started = time.perf_counter()

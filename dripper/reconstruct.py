@@ -1,7 +1,8 @@
 """Labels → main HTML: the subset of the original DOM that the main blocks cover.
 
 Kept: every block labelled main with its whole subtree, its ancestors (as containers only), and ``<br>``
-elements next to kept elements (upstream's "br recall"). Fixed relative to upstream (UPSTREAM.md §1.8):
+elements next to kept elements (upstream's "br recall"). Fixed relative to upstream
+(docs/upstream.md#reconstruction):
 
 - hidden, script/style, ``<nav>`` and closed-``<details>`` content inside a main block is removed (the
   model never saw it; upstream let it leak into the output);

@@ -9,8 +9,11 @@ Reads the sources statically (``ast``; nothing is imported), so it runs without 
 
 A *layer* is a module path cut to ``--depth`` parts (``dripper.simplify``, ``dripper.eval``). Imports inside
 functions count as much as those at the top of a module: a lazy import still ties the layers together.
-Imports under ``if TYPE_CHECKING:`` do not count: they name types for annotations and never run.
-``--check`` also holds the order of :data:`LAYERS`: a layer may import only the layers listed before it.
+Imports under ``if TYPE_CHECKING:`` count too: they never run, but a type named across two modules that
+import each other is a cycle a reader follows all the same, and it is broken the same way, by moving the
+shared names into a module both sides import downward.
+``--check`` fails on any cycle between modules, inside a package as much as across layers, and holds the
+order of :data:`LAYERS`: a layer may import only the layers listed before it.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("dripper.eval",),
     ("dripper.stages",),
     ("dripper.refine",),
+    ("dripper.datatrove",),
     ("dripper.pretrain",),
     ("dripper.runs",),
     ("dripper.cli_train", "dripper.cli_run"),
@@ -82,32 +86,13 @@ def _resolve(name: str, modules: dict[str, Path]) -> str | None:
     return None
 
 
-def _type_checking(node: ast.AST) -> bool:
-    test = getattr(node, "test", None) if isinstance(node, ast.If) else None
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
-def _runtime_nodes(tree: ast.AST) -> Iterable[ast.AST]:
-    """Every node of ``tree`` except the bodies of ``if TYPE_CHECKING:`` (annotations only, never run)."""
-    pending = [tree]
-    while pending:
-        node = pending.pop()
-        yield node
-        if _type_checking(node):
-            pending.extend(node.orelse)
-            continue
-        pending.extend(ast.iter_child_nodes(node))
-
-
 def imports_of(module: str, path: Path, modules: dict[str, Path]) -> set[str]:
-    """The project modules ``module`` imports, anywhere in its file (relative imports resolved), except
-    under ``if TYPE_CHECKING:``."""
+    """The project modules ``module`` imports, anywhere in its file (relative imports resolved), those
+    under ``if TYPE_CHECKING:`` included."""
     tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     targets: set[str] = set()
-    for node in _runtime_nodes(tree):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):

@@ -59,27 +59,34 @@ def test_the_sample_from_warcs_to_the_report_with_dripper_commands(tmp_path, cap
             capsys, "tokenize", "--input", root, "--extractor", name, "--tokenizer", tokenizer, "--quiet"
         )
         assert tokens["documents"] == refine["documents_out"]
-        _run(capsys, "pretrain", "--input", root, "--extractor", name, "--tokenizer", tokenizer,
-             "--train-steps", "4", "--eval-every", "2", "--device", "cpu", "--quiet")  # fmt: skip
-        assert sorted(
-            p.name for p in Path(layout.extractor(name).hf_checkpoints("tiny-4steps")).iterdir()
-        ) == [
-            "iter_0000002",
-            "iter_0000004",
-        ]
-        _run(
-            capsys,
-            "evaluate",
-            "--input",
-            root,
-            "--extractor",
-            name,
-            "--suite",
-            "local",
-            "--limit",
-            "8",
-            "--quiet",
-        )
+    # Both arms, two seeds each, on one token budget (4 steps of 4 x 64 tokens) and their corpora cut to the
+    # smaller one's tokens: four runs, each in its own folder.
+    trained = _run(capsys, "pretrain", "--input", root, "--extractor", "cpu", "trafilatura", "--tokenizer", tokenizer,
+                   "--train-tokens", "1024", "--seeds", "1", "2", "--equalize-corpora", "--eval-every", "2",
+                   "--device", "cpu", "--quiet")  # fmt: skip
+    smallest = min(
+        json.loads(Path(layout.extractor(name).tokens_summary).read_text())["tokens"]
+        for name in ("cpu", "trafilatura")
+    )
+    assert [(Path(r["run_dir"]).name, r["data_token_limit"]) for r in trained["runs"]] == [
+        (f"tiny-1024tokens-seed{seed}", smallest) for _ in ("cpu", "trafilatura") for seed in (1, 2)
+    ]
+    for name in ("cpu", "trafilatura"):
+        for seed in (1, 2):
+            run = f"tiny-1024tokens-seed{seed}"
+            assert sorted(p.name for p in Path(layout.extractor(name).hf_checkpoints(run)).iterdir()) == [
+                "iter_0000002",
+                "iter_0000004",
+            ]
+            data = json.loads(Path(layout.extractor(name).pretrain(run), "run.json").read_text())["data"]
+            assert data["tokens"] <= smallest and data["train_tokens"] == 1024
+    evaluated = _run(capsys, "evaluate", "--input", root, "--extractor", "cpu", "trafilatura", "--suite", "local",
+                     "--limit", "8", "--quiet")  # fmt: skip
+    assert len(evaluated["runs"]) == 4
+    for run in evaluated["runs"]:  # the early signal: every checkpoint's loss on the held-out reference
+        assert all(loss > 0 for loss in run["reference_loss"].values())
+    held_out = json.loads(Path(root, "reference", "held_out_summary.json").read_text())
+    assert held_out["held_out"] > 0 and held_out["excluded_url"] > 0  # the run's own pages are left out
     result = _run(capsys, "report", "--input", root, "--extractor", "cpu", "trafilatura", "--name", "cli",
                   "--labelled-limit", "4", "--quiet")  # fmt: skip
     assert result["html"] == f"{layout.ablation('cli')}/report/report.html"
@@ -87,7 +94,20 @@ def test_the_sample_from_warcs_to_the_report_with_dripper_commands(tmp_path, cap
     assert [e["name"] for e in manifest["extractors"]] == ["cpu", "trafilatura"]
     for entry in manifest["extractors"]:
         folder = layout.extractor(entry["name"])
-        assert entry["scores"] == f"{folder.evaluation('tiny-4steps')}/scores.json"
-        assert len(entry["checkpoint_scores"]) == 2
+        assert [run["seed"] for run in entry["runs"]] == [1, 2]
+        assert entry["runs"][0]["scores"] == f"{folder.evaluation('tiny-1024tokens-seed1')}/scores.json"
+        assert all(len(run["checkpoint_scores"]) == 2 for run in entry["runs"])
     page = Path(result["html"]).read_text(encoding="utf-8")
     assert "dripper:cpu/md" in page and "dripper:trafilatura/md" in page
+    data = json.loads(
+        page[page.index('id="report-data">') + 17 : page.index("</script>", page.index('id="report-data">'))]
+    )
+    for arm in data["extractors"]:
+        assert arm["scores"]["seeds"] == 2 and arm["scores"]["reference_loss"] > 0
+        assert arm["budget"]["train_tokens"] == 1024 and arm["budget"]["cut"] == (
+            arm["budget"]["corpus_tokens"] > smallest
+        )
+        assert arm["budget"]["epochs"] == pytest.approx(1024 / arm["budget"]["unique_tokens"])
+    assert "reference_loss" in data["comparisons"][0]
+    for section in ("budget", "seeds", "early-signal", "settings"):
+        assert f'<section id="{section}">' in page

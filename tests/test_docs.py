@@ -1,4 +1,5 @@
-"""The documentation site builds with ``mkdocs build --strict`` and the README stays a short front page."""
+"""The documentation site builds with ``mkdocs build --strict``, the README stays a short front page, and
+what the repository cites is in it."""
 
 from __future__ import annotations
 
@@ -6,7 +7,10 @@ import os
 import re
 import subprocess
 import sys
+import unicodedata
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
@@ -68,3 +72,92 @@ def test_readme_links_resolve():
             f"README link leaves the repository: {target}"
         )
         assert (REPO / file_part).exists(), f"README link to a missing file: {target}"
+
+
+# A citation of a file the repository does not hold: the developers' notes that lived beside the checkout.
+OUTSIDE_CITATION = re.compile(r"\b(?:UPSTREAM|DESIGN|ENVIRONMENT)\.md\b|\bshared/[\w./-]*\.md\b")
+DOCS_CITATION = re.compile(r"\bdocs/([\w/-]+\.md)(?:#([\w-]+))?")
+TEXT_SUFFIXES = {".py", ".md", ".yaml", ".yml", ".toml", ".cfg", ".txt", ".sh", ".json", ".j2"}
+TEXT_NAMES = {"Makefile", "Dockerfile"}
+
+
+def _repository_text_files() -> list[Path]:
+    """Tracked files and new ones git does not ignore: what a clone (or the next commit) holds."""
+    try:
+        listed = subprocess.run(
+            ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout.splitlines()
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout: the file list comes from git")
+    files = []
+    for name in listed:
+        path = REPO / name
+        if (
+            path.suffix in TEXT_SUFFIXES or path.name in TEXT_NAMES or path.name.endswith(".Dockerfile")
+        ) and (path.is_file()):
+            files.append(path)
+    return files
+
+
+def _anchors(markdown: str) -> set[str]:
+    """The heading anchors MkDocs gives a page (Python-Markdown's toc slugs)."""
+    anchors = set()
+    for line in markdown.splitlines():
+        heading = re.match(r"#{1,6}\s+(.*?)\s*#*\s*$", line)
+        if heading:
+            text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading.group(1)).replace("`", "")
+            text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii")
+            text = re.sub(r"[^\w\s-]", "", text).strip().lower()
+            anchors.add(re.sub(r"[-\s]+", "-", text))
+    return anchors
+
+
+def test_nothing_cites_a_file_outside_the_repository():
+    """Code comments, docs and build files cite only what a clone holds (``docs/upstream.md``, not notes
+    that lived beside the developers' checkout)."""
+    found = []
+    for path in _repository_text_files():
+        for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+            if OUTSIDE_CITATION.search(line):
+                found.append(f"{path.relative_to(REPO)}:{number}: {line.strip()[:120]}")
+    assert not found, "citations of files that are not in the repository:\n" + "\n".join(found)
+
+
+def test_cited_documentation_pages_and_sections_exist():
+    """A documentation page cited in code and docs (``docs/<page>.md#<section>``) exists, and so does the
+    heading its section names."""
+    anchors: dict[str, set[str]] = {}
+    missing = []
+    for path in _repository_text_files():
+        text = path.read_text(encoding="utf-8", errors="replace")
+        for page, section in DOCS_CITATION.findall(text):
+            target = REPO / "docs" / page
+            if not target.is_file():
+                missing.append(f"{path.relative_to(REPO)}: docs/{page} does not exist")
+                continue
+            if section:
+                if page not in anchors:
+                    anchors[page] = _anchors(target.read_text(encoding="utf-8"))
+                if section not in anchors[page]:
+                    missing.append(f"{path.relative_to(REPO)}: docs/{page} has no section #{section}")
+    assert not missing, "\n".join(missing)
+
+
+def test_tests_named_in_the_docs_exist():
+    """A behaviour the docs say a test holds (``tests/<file>.py::<test>``) names a test that exists."""
+    missing = []
+    for path in _markdown_sources():
+        for file_name, test_name in re.findall(
+            r"\b(tests/[\w/]+\.py)::(\w+)", path.read_text(encoding="utf-8")
+        ):
+            target = REPO / file_name
+            if not target.is_file() or not re.search(
+                rf"^\s*(?:async\s+)?def {test_name}\(", target.read_text(encoding="utf-8"), re.MULTILINE
+            ):
+                missing.append(f"{path.relative_to(REPO)}: {file_name}::{test_name}")
+    assert not missing, "tests named in the docs that do not exist:\n" + "\n".join(missing)

@@ -44,7 +44,8 @@ def test_every_package_module_has_a_layer():
 
 
 def test_the_graph_finds_a_cycle_and_an_upward_import(tmp_path, monkeypatch):
-    """The checker itself: an upward import and a cycle in a made-up package are both reported."""
+    """The checker itself: an upward import and a cycle in a made-up package are both reported, type-only
+    imports (``if TYPE_CHECKING:``) included."""
     graph = _import_graph()
     package = tmp_path / "dripper"
     (package / "low").mkdir(parents=True)
@@ -58,12 +59,24 @@ def test_the_graph_finds_a_cycle_and_an_upward_import(tmp_path, monkeypatch):
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import dripper.high\n"
     )
     (package / "high.py").write_text("import dripper.low.a\n")
+    # A cycle inside one package whose one side imports only for annotations.
+    (package / "low" / "d.py").write_text("from dripper.low.e import NAMES\n")
+    (package / "low" / "e.py").write_text(
+        "from __future__ import annotations\nimport typing\n"
+        "if typing.TYPE_CHECKING:\n    from dripper.low.d import Thing\nNAMES = ()\n"
+    )
     monkeypatch.setattr(graph, "REPO", tmp_path)
     monkeypatch.setattr(graph, "LAYERS", (("dripper.low",), ("dripper.high",)))
     edges = graph.graph(["dripper"])
-    assert edges["dripper.low.c"] == set()  # under TYPE_CHECKING: not a runtime import
-    assert graph.cycles(edges) == [["dripper.high", "dripper.low.a", "dripper.low.b"]]
+    assert edges["dripper.low.c"] == {"dripper.high"}  # under TYPE_CHECKING: counted all the same
+    assert graph.cycles(edges) == [
+        ["dripper.high", "dripper.low.a", "dripper.low.b"],
+        ["dripper.low.d", "dripper.low.e"],
+    ]
     assert ("dripper.low.b", "dripper.high") in graph.upward_imports(edges)
+    assert ("dripper.low.c", "dripper.high") in graph.upward_imports(edges)
+    monkeypatch.chdir(tmp_path)
+    assert graph.main(["--check"]) == 1
 
 
 def test_the_distribution_installs_one_top_level_package():

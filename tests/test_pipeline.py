@@ -191,3 +191,19 @@ def test_a_declined_page_falls_back_only_when_the_second_labeler_fails_too():
     assert first.extractor == "trafilatura" and first.fallback_reason == "label_failed: low confidence"
     assert first.stats["route_failure"] == "too long"
     assert second.extractor == "dripper:second" and second.fallback_reason is None
+
+
+def test_no_main_block_gives_empty_output_or_the_fallback_on_request():
+    """An all-"other" answer is a valid answer (upstream's behaviour); ``fallback_on_empty`` opts out."""
+
+    class AllOther(BlockLabeler):
+        name = "all-other"
+
+        def label_batch(self, requests):
+            return [Labels([False] * request.simplified.n_blocks) for request in requests]
+
+    empty = extract(ARTICLE, labeler=AllOther())
+    assert (empty.extractor, empty.markdown, empty.fallback_reason) == ("dripper:all-other", "", None)
+    fallen = extract(ARTICLE, labeler=AllOther(), options=ExtractOptions(fallback_on_empty=True))
+    assert fallen.extractor == "trafilatura" and fallen.fallback_reason == "no_main_blocks"
+    assert "first paragraph" in fallen.markdown

@@ -27,21 +27,27 @@ from dripper.config.tokenize import TokenizeStageConfig
 class SimplifyBatchOperator(DaskStageOperator):
     """Simplify one batch of shards of a selection (``batch``: an item of the select task's return value;
     ``selection_root`` defaults to the batch's; ``config``: the simplify stage's, of which it reads
-    ``max_payload_bytes``, ``max_page_bytes`` and ``workers``).
+    ``max_payload_bytes``, ``max_page_bytes``, ``keep_truncated`` and ``workers``).
 
     Mapped over the batches; each task submits its shards to Dask. Finished shards are skipped.
     Returns ``{"batch", "shards", "written", "skipped", "pages_in", "pages_out", "wall_seconds"}``.
+    With ``extract_config`` (the extract stage's config of the one extractor that follows), the task is
+    skipped where that extractor reads the WARC files in one pass
+    (:func:`dripper.stages.one_pass.chooses_one_pass`): there is no ``simplified/`` to write.
     """
 
     template_fields: Sequence[str] = (
-        "selection_root", "batch", "config", "dask_scheduler", "force", "aws_conn_id",
+        "selection_root", "batch", "config", "extract_config", "dask_scheduler", "force", "aws_conn_id",
     )  # fmt: skip
     config_class = SimplifyStageConfig
 
-    def __init__(self, *, batch: Any, selection_root: str | None = None, **kwargs):
+    def __init__(
+        self, *, batch: Any, selection_root: str | None = None, extract_config: Any = None, **kwargs
+    ):
         super().__init__(**kwargs)
         self.batch = batch
         self.selection_root = selection_root
+        self.extract_config = self.config_values(extract_config)
 
     def execute(self, context: Any) -> dict[str, Any]:
         from dripper.runs.corpus import selection_plan, simplify_batch
@@ -49,6 +55,10 @@ class SimplifyBatchOperator(DaskStageOperator):
         config = self.stage_config()
         root = self.selection_root or self.batch["selection_root"]
         hook = self.hook(root)
+        if self.extract_config is not None and one_pass(self.extract_config, root, hook.storage_options):
+            raise AirflowSkipException(
+                "the extractor reads the WARC files in one pass (extract_one_pass): nothing to simplify"
+            )
         plan = selection_plan(root, hook.storage_options)
         with spawn_without_airflow_main():
             return simplify_batch(
@@ -56,6 +66,38 @@ class SimplifyBatchOperator(DaskStageOperator):
                 input_storage_options=input_storage_options(plan["warc_files"][0], self.aws_conn_id),
                 force=bool(self.force), scheduler=self.dask_scheduler or None,
             )  # fmt: skip
+
+
+def _parse_config(config_class: Any, values: Any) -> Any:
+    """A stage config from a task's rendered values (``None``: an empty form field, the default), with the
+    CLI's message for a bad one (no retry fixes it)."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from dripper.config.settings import StageConfigError
+
+    given = {name: value for name, value in dict(values or {}).items() if value is not None}
+    try:
+        return config_class.parse(given)
+    except StageConfigError as error:
+        raise AirflowFailException(str(error)) from None
+
+
+def one_pass(extract_values: Any, root: str, storage_options: dict[str, Any] | None) -> bool:
+    """Whether the extractor of the extract config ``extract_values`` (rendered) reads the selection's WARC
+    files under ``root`` in one pass (:func:`dripper.stages.one_pass.chooses_one_pass`)."""
+    from dripper.stages.one_pass import chooses_one_pass
+
+    return chooses_one_pass(_parse_config(ExtractStageConfig, extract_values), root, storage_options)
+
+
+def _selection_plan(root: str, storage_options: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``{root}/_selection.json`` where the root is a selection's folder, else ``None``."""
+    from dripper.runs.corpus import selection_plan
+
+    try:
+        return selection_plan(root, storage_options)
+    except FileNotFoundError:
+        return None
 
 
 class RecordSimplifyOperator(StorageOperator):
@@ -77,46 +119,66 @@ class RecordSimplifyOperator(StorageOperator):
 
 
 class ExtractOperator(DaskStageOperator):
-    """Run the extract stage: ``{input_root}/simplified/`` → ``{output_root}/extracted/`` with one extractor.
+    """Run the extract stage: ``{input_root}/simplified/`` → ``{output_root}/extracted/`` with one extractor,
+    or, with ``simplify_config`` where the extractor reads WARC files in one pass
+    (:func:`dripper.stages.one_pass.chooses_one_pass`), the selection's WARC files (``_selection.json``
+    under ``input_root``) → ``{output_root}/extracted/`` with no ``simplified/`` between.
 
     ``config``: the extract stage's (:class:`~dripper.config.extract.ExtractStageConfig`: ``extractor``, a
-    spec as a dict or its shorthand ``NAME=LABELER,key=value``; ``batch_size``; ``workers``), validated in
-    the task. The extractor's folder, unless ``output_root`` is given, is ``{input_root}/extractors/{name}``;
+    spec as a dict or its shorthand ``NAME=LABELER,key=value``; ``batch_size``; ``workers``; ``one_pass``),
+    validated in the task; ``simplify_config``: the simplify stage's, whose page limits the one pass reads
+    with. The extractor's folder, unless ``output_root`` is given, is ``{input_root}/extractors/{name}``;
     the spec is recorded there and a folder holding another spec is refused (unless ``force``). Returns the
-    stage report (counts, fallbacks by reason), ``output_root``, the extractor's name, labeler and spec.
+    stage report (counts, fallbacks by reason), ``output_root``, the extractor's name, labeler and spec, and
+    ``one_pass``.
     """
 
     template_fields: Sequence[str] = (
-        "input_root", "output_root", "config", "dask_scheduler", "force", "aws_conn_id",
+        "input_root", "output_root", "config", "simplify_config", "dask_scheduler", "force", "aws_conn_id",
     )  # fmt: skip
     config_class = ExtractStageConfig
 
-    def __init__(self, *, input_root: str, output_root: str | None = None, **kwargs):
+    def __init__(
+        self, *, input_root: str, output_root: str | None = None, simplify_config: Any = None, **kwargs
+    ):
         super().__init__(**kwargs)
         self.input_root = input_root
         self.output_root = output_root
+        self.simplify_config = self.config_values(simplify_config)
 
     def execute(self, context: Any) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowFailException
 
-        from dripper.stages.extractor import run_extractor
+        from dripper.stages.extractor import run_extractor, run_extractor_one_pass
+        from dripper.stages.one_pass import chooses_one_pass
 
         config = self.stage_config()  # the spec is parsed here, once
         spec = config.extractor
         output_root = self.output_root or RunStorageHook.extractor_root(self.input_root, spec.name)
         hook = self.hook(self.input_root)
-        self.log.info("extractor %s → %s", spec.describe(), output_root)
+        plan = _selection_plan(self.input_root, hook.storage_options)
+        inputs = input_storage_options(plan["warc_files"][0], self.aws_conn_id) if plan else None
+        single = (
+            self.simplify_config is not None
+            and plan is not None
+            and chooses_one_pass(config, self.input_root, hook.storage_options)
+        )
+        self.log.info("extractor %s → %s%s", spec.describe(), output_root, " in one pass" if single else "")
+        run = {
+            "storage_options": hook.storage_options, "input_storage_options": inputs, "force": bool(self.force),
+            "progress": False, "scheduler": self.dask_scheduler or None,
+        }  # fmt: skip
         with spawn_without_airflow_main():
             try:
-                report = run_extractor(
-                    self.input_root,
-                    config,  # its workers are ignored with a scheduler
-                    output_root,
-                    storage_options=hook.storage_options,
-                    force=bool(self.force),
-                    progress=False,
-                    scheduler=self.dask_scheduler or None,
-                )
+                if single:
+                    reading = _parse_config(SimplifyStageConfig, self.simplify_config)
+                    shards = list(enumerate(plan["shards"]))
+                    report = run_extractor_one_pass(
+                        self.input_root, shards, config, reading, output_root, **run
+                    )
+                else:
+                    # its workers are ignored with a scheduler
+                    report = run_extractor(self.input_root, config, output_root, **run)
             # A bad labeler option, or another spec in this folder: no retry fixes it.
             except ValueError as error:
                 raise AirflowFailException(str(error)) from None
@@ -126,6 +188,7 @@ class ExtractOperator(DaskStageOperator):
             "extractor": spec.name,
             "labeler": spec.labeler,
             "spec": spec.to_dict(),
+            "one_pass": single,
         }
 
 
@@ -165,7 +228,7 @@ class RefineOperator(StorageOperator):
         from dripper.runs.corpus import refine_config
 
         stage = self.stage_config()
-        return refine_config(stage.steps, stage.tasks, stage.workers, stage.options)
+        return refine_config(stage.steps, stage.tasks, stage.workers, stage.refine_options())
 
     def execute(self, context: Any) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowFailException

@@ -139,8 +139,10 @@ class PretrainOperator(ModuleJobOperator):
     """Train a model on one corpus's tokens with ``python -m dripper.pretrain train`` (own process; ``torchrun``
     with ``nproc`` > 1), then export it to Hugging Face format (``python -m dripper.pretrain export``).
 
-    ``tokens``: the tokenize task's output (a dict with ``tokens`` and ``root``) or a tokens folder. The run
-    folder is ``{root}/pretrain/{run_name}``; training resumes from its latest checkpoint. ``config``: the
+    ``tokens``: a run of the training plan (:func:`dripper.runs.jobs.training_plan`: ``tokens``, ``seed``,
+    ``data_token_limit``), the tokenize task's output (a dict with ``tokens`` and ``root``: the first seed)
+    or a tokens folder. The run folder is ``{root}/pretrain/{run_name}`` (default
+    ``{model}-{budget}-seed{seed}``); training resumes from its latest checkpoint. ``config``: the
     pretrain stage's (:class:`~dripper.config.pretrain.PretrainStageConfig`: ``model``, ``train_steps``,
     ``eval_every``, ``device``, ``nproc``, ``arguments``), with its defaults and checks, and the same
     command lines as ``dripper run pretrain``: a checkpoint every ``eval_every`` steps, each exported to
@@ -202,11 +204,11 @@ class PretrainOperator(ModuleJobOperator):
 
         from dripper.runs.jobs import pretrain_job
 
-        tokens = _local_dir(
-            self.tokens["tokens"] if isinstance(self.tokens, dict) else self.tokens, "tokens folder"
-        )
+        plan = self.tokens if isinstance(self.tokens, dict) else {}
+        tokens = _local_dir(plan.get("tokens") or self.tokens, "tokens folder")
         root = os.path.dirname(tokens.rstrip("/"))
-        return pretrain_job(self.stage_config(), root, tokens, str(self.tokenizer), self.run_name)
+        return pretrain_job(self.stage_config(), root, tokens, str(self.tokenizer), self.run_name,
+                            plan.get("seed"), plan.get("data_token_limit"))  # fmt: skip
 
     def execute_slurm_complete(self, context: Any, event: dict[str, Any], **job: Any) -> dict[str, Any]:
         """Resumed when the Slurm training job ended: fail with its log tail, or export as locally."""
@@ -300,8 +302,11 @@ class EvaluateOperator(ModuleJobOperator):
     """Score a trained model's checkpoints on the benchmark suite with ``python -m dripper.eval.lm_suite`` (own
     process, one model load per checkpoint).
 
-    ``model``: the pretrain task's output (``hf_dir``, ``checkpoints``, ``run_dir``, ``root``). Scores go to
-    ``{root}/eval/{run}/checkpoints/{checkpoint}.json`` and, for the last checkpoint, ``…/scores.json``.
+    ``model``: the pretrain task's output (``hf_dir``, ``checkpoints``, ``run_dir``, ``root``, ``seed``). Scores
+    go to ``{root}/eval/{run}/checkpoints/{checkpoint}.json`` and, for the last checkpoint, ``…/scores.json``;
+    each holds the checkpoint's loss on the held-out reference text too (the early signal:
+    :func:`dripper.eval.reference.reference_for_run`, the config's ``reference_text`` or its
+    ``reference_pages`` not in the run's WARC files).
     ``config``: the evaluate stage's (:class:`~dripper.config.evaluate.EvaluateStageConfig`). Returns
     ``{"root", "run_dir", "scores", "checkpoint_scores", "mean", "mean_stderr", "categories"}``.
 
@@ -350,8 +355,9 @@ class EvaluateOperator(ModuleJobOperator):
         models = list(self.model.get("checkpoints") or []) or [self.model["hf_dir"]]
         folders = EvaluationFolders.of(self.model["root"], run)
         os.makedirs(folders.checkpoints, exist_ok=True)
+        reference = self.reference(config)
         self.argv = suite_arguments(models, config.suite, folders.checkpoints, config.device, config.limit,
-                                    config.fixtures, config.arguments)  # fmt: skip
+                                    config.fixtures, config.arguments, reference["file"])  # fmt: skip
         if self.run_on == "slurm" and slurm_event is None:
             from dripper.airflow.slurm import submit_module_job
 
@@ -363,7 +369,28 @@ class EvaluateOperator(ModuleJobOperator):
             from dripper.airflow.slurm import job_outcome
 
             job_outcome(self, slurm_event, f"{self.task_id}: evaluation")
-        return {"root": self.model["root"], "run_dir": run_dir, **collect_scores(folders, models)}
+        return {
+            "root": self.model["root"],
+            "run_dir": run_dir,
+            "seed": self.model.get("seed"),
+            "reference": reference,
+            **collect_scores(folders, models),
+        }
+
+    def reference(self, config: EvaluateStageConfig) -> dict[str, Any]:
+        """The held-out reference text of the early signal (:func:`dripper.eval.reference.reference_for_run`)."""
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from dripper.eval.reference import reference_for_run
+
+        try:
+            return reference_for_run(
+                _local_dir(self.model["root"], "extractor folder"),
+                config.reference_text,
+                config.reference_pages,
+            )
+        except (FileNotFoundError, ValueError) as error:
+            raise AirflowFailException(f"{self.task_id}: {error}") from None
 
 
 class CheckSuiteOperator(ModuleJobOperator):
@@ -446,10 +473,11 @@ class AblationReportOperator(ModuleJobOperator):
 
         from dripper.eval.ablation import ablation_manifest
 
-        runs = {
-            str(e["root"]).rstrip("/"): os.path.basename(str(e["run_dir"]).rstrip("/"))
-            for e in (self.evaluations or [])
-        }
+        runs: dict[str, list[str]] = {}  # one training run per seed of each arm, in the plan's order
+        for e in self.evaluations or []:
+            runs.setdefault(str(e["root"]).rstrip("/"), []).append(
+                os.path.basename(str(e["run_dir"]).rstrip("/"))
+            )
         roots = [str(extract["output_root"]).rstrip("/") for extract in self.extracts or []]
         rate = float(self.lm_pages_per_second) if self.lm_pages_per_second not in (None, "", "None") else None
         manifest = ablation_manifest(

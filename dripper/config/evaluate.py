@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dripper.config.report import SAMPLE_PAGES
 from dripper.config.settings import StageConfig, setting
 
 
@@ -14,6 +15,10 @@ class EvaluateStageConfig(StageConfig):
         limit: Documents per benchmark (empty: all).
         fixtures: A fixture manifest: local files standing in for Hub datasets.
         arguments: More ``python -m dripper.eval.lm_suite`` flags (Airflow).
+        reference_text: A held-out text no arm trains on, for each checkpoint's reference loss (the early
+            signal); empty: the ground truth of ``reference_pages`` not in the run's WARC files.
+        reference_pages: Labelled pages whose ground truth is the default reference (by URL and content
+            hash, a page in the run's WARC files is left out).
     """
 
     stage = "evaluate"
@@ -42,4 +47,16 @@ class EvaluateStageConfig(StageConfig):
         'More `python -m dripper.eval.lm_suite` flags, e.g. ["--batch-size", "8"]',
         title="More evaluation options",
         cli=False,
+    )
+    reference_text: str | None = setting(
+        None,
+        "Held-out text no arm trains on (plain text, or JSONL with a text field): each checkpoint's loss on it "
+        "is the report's early signal (empty: the ground truth of the reference pages not in the run's WARCs)",
+        title="Reference text",
+    )
+    reference_pages: list[str] = setting(
+        [SAMPLE_PAGES],
+        "Labelled pages (JSONL(.gz)) whose ground truth is the default reference text; a page whose URL or "
+        "HTML hash is in the run's WARC files is left out",
+        title="Reference pages",
     )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import WithJsonSchema, field_validator
 
@@ -14,13 +14,15 @@ __all__ = ["ExtractStageConfig"]
 
 
 class ExtractStageConfig(StageConfig):
-    """``{root}/simplified/`` → ``{root}/extractors/{name}/extracted/``.
+    """``{root}/simplified/`` (or WARC files, in one pass) → ``{root}/extractors/{name}/extracted/``.
 
     Attributes:
         extractor: The extractor spec (:mod:`dripper.config.extractor`): its labeler, options, fallback and
             route; given as a spec, a mapping, a labeler name (``cpu``) or ``NAME=LABELER,key=value,…``.
         batch_size: Pages per labeler call (and per parquet row group).
         workers: Processes, each with its own labeler (``0``: in the calling process).
+        one_pass: Where the input is WARC files: extract them in one pass, without ``simplified/`` (``auto``:
+            when the extractor needs no GPU; ``always``; ``never``: simplify first, then extract).
     """
 
     stage = "extract"
@@ -49,6 +51,22 @@ class ExtractStageConfig(StageConfig):
         ge=0,
         le=256,
     )
+
+    one_pass: Literal["auto", "always", "never"] = setting(
+        "auto",
+        "Where the input is WARC files: extract them in one pass, with no simplified/ intermediate (auto: when "
+        "the extractor needs no GPU; always; never: simplify to simplified/ first, then extract, the split for "
+        "labelers on GPU workers)",
+        title="One pass from the WARC files",
+    )
+
+    def runs_one_pass(self) -> bool:
+        """Whether WARC inputs are extracted in one pass (:attr:`one_pass`; ``auto``: unless the extractor, or
+        its cascade's second labeler, needs a GPU: asking imports those labelers' modules)."""
+        if self.one_pass != "auto":
+            return self.one_pass == "always"
+        route = self.extractor.route
+        return not (self.extractor.needs_gpu or (route is not None and route.needs_gpu))
 
     @field_validator("extractor", mode="before")
     @classmethod

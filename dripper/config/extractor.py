@@ -38,6 +38,7 @@ from dripper.hints import did_you_mean
 
 __all__ = [
     "DEFAULT_FALLBACK",
+    "default_fallback",
     "labeler_is_lm",
     "labeler_spec",
     "ExtractorSpec",
@@ -144,11 +145,13 @@ class ExtractorSpec(BaseModel):
 
     Attributes:
         name: Unique in a run; names the extractor's folder and its report rows.
-        labeler: A registered labeler (``cpu``, ``trafilatura``, ``vllm``, ``openai``, ``torch``, ``oracle``)
-            or ``module:factory``.
+        labeler: A registered labeler (``cpu``, ``trafilatura``, ``vllm``, ``openai``, ``torch``, ``oracle``),
+            a whole-page extractor (``fineweb``, ``dclm``: the baselines as FineWeb and DCLM ran them, see
+            :mod:`dripper.labelers.whole_page`) or ``module:factory``.
         options: The labeler's keyword options (LM labelers: ``model``, ``revision``, ``answer_format``,
             ``max_model_len``, engine options).
-        fallback: Extractor for pages the labeler cannot label (``None``: leave them empty).
+        fallback: Extractor for pages the labeler cannot label (``None``: leave them empty); left out, the
+            default of the labeler (:func:`default_fallback`).
         fallback_on_empty: Also fall back when no block is labelled main content.
         gpu: Whether its extract tasks need a GPU worker (``None``: by the labeler, see :attr:`needs_gpu`).
     """
@@ -198,13 +201,21 @@ class ExtractorSpec(BaseModel):
         }
         options = ", ".join(f"{key}={value}" for key, value in shown.items())
         text = self.labeler + (f" ({options})" if options else "")
-        if self.fallback != DEFAULT_FALLBACK:
+        if self.fallback != default_fallback(self.labeler):
             text += f", fallback {self.fallback or 'none'}"
         if self.fallback_on_empty:
             text += ", fallback on empty"
         if self.route is not None:
             text += f", {self.route.describe()}"
         return text if self.name == self.labeler and not options else f"{self.name} = {text}"
+
+
+def default_fallback(labeler: str) -> str | None:
+    """The fallback of a spec that names none: :data:`DEFAULT_FALLBACK`, except for a whole-page extractor
+    (``fineweb``, ``dclm``): none, as the corpora they stand for dropped the pages their extractor missed."""
+    from dripper.config.labelers import PAGE_EXTRACTORS
+
+    return None if labeler in PAGE_EXTRACTORS else DEFAULT_FALLBACK
 
 
 def _default_name(labeler: str) -> str:
@@ -263,6 +274,8 @@ def parse_extractor(value: str | Mapping[str, Any] | ExtractorSpec) -> Extractor
     entry = _from_text(value) if isinstance(value, str) else dict(value)
     if "labeler" in entry and not entry.get("name"):
         entry["name"] = _default_name(str(entry["labeler"]))
+    if "fallback" not in entry and default_fallback(str(entry.get("labeler", ""))) != DEFAULT_FALLBACK:
+        entry["fallback"] = default_fallback(str(entry["labeler"]))
     try:
         return ExtractorSpec.model_validate(entry)
     except ValidationError as error:

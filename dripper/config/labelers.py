@@ -14,6 +14,7 @@ __all__ = [
     "BUILTIN_LABELERS",
     "DEFAULT_LABELER",
     "ENTRY_POINT_GROUP",
+    "PAGE_EXTRACTORS",
     "LabelerFactory",
     "available_labelers",
     "labeler_factory",
@@ -33,7 +34,13 @@ BUILTIN_LABELERS: dict[str, str] = {
     "vllm": "dripper.labelers.vllm_labeler:VLLMLabeler",
     "openai": "dripper.labelers.openai_labeler:OpenAILabeler",
     "torch": "dripper.labelers.torch_engine:TorchLabeler",
+    # Whole-page extractors (dripper.labelers.whole_page.PageExtractor): the ablation's baseline arms.
+    "fineweb": "dripper.labelers.whole_page:FineWebExtractor",
+    "dclm": "dripper.labelers.whole_page:DclmExtractor",
 }
+#: The built-in names that are whole-page extractors, not block labelers: their text is the document, and a
+#: spec naming one has no fallback unless it gives one (the anchors dropped what their extractor missed).
+PAGE_EXTRACTORS: frozenset[str] = frozenset({"fineweb", "dclm"})
 #: Where other distributions add labelers by name, in their ``pyproject.toml``:
 #: ``[project.entry-points."dripper.labelers"]`` ``mine = "my_package.module:MyLabeler"``.
 ENTRY_POINT_GROUP = "dripper.labelers"

@@ -21,6 +21,7 @@ class SimplifyStageConfig(StageConfig):
         warcs_per_shard: WARC files per shard (one task each).
         max_payload_bytes: Larger WARC payloads are dropped unread as ``too_large``.
         max_page_bytes: Larger decoded pages get status ``too_large``.
+        keep_truncated: Keep records marked truncated as pages (counted as ``kept_truncated``).
         workers: Dask ``LocalCluster`` processes (``0``: in the calling process; empty: one per core).
     """
 
@@ -71,6 +72,12 @@ class SimplifyStageConfig(StageConfig):
         "Decoded pages larger than this get status too_large",
         title="Largest page (bytes)",
         ge=1,
+    )
+    keep_truncated: bool = setting(
+        False,
+        "Keep WARC records marked truncated (Common Crawl cuts payloads at 1 MiB) as pages, counted apart as "
+        "kept_truncated; off: they are dropped as truncated",
+        title="Keep truncated records",
     )
     workers: int | None = setting(
         None,

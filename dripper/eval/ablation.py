@@ -1,9 +1,9 @@
 """The ablation report's manifest from a run root's layout (``dripper.layout``): what the CLI
 (``dripper run report``) and the Airflow report task both write, so the two find the same files.
 
-For each extractor folder it lists the spec (``_extractor.json``), the refinement and tokens summaries, the
-training run, its final scores and its per-checkpoint scores; missing files are left out, and the report
-says they are missing.
+For each extractor folder it lists the spec (``_extractor.json``), the refinement and tokens summaries, and
+its training run with its final and per-checkpoint scores, or (several seeds) ``runs``, one such entry per
+seed; missing files are left out, and the report says they are missing.
 """
 
 from __future__ import annotations
@@ -18,17 +18,34 @@ from dripper.layout import ExtractorLayout
 __all__ = ["ablation_manifest", "default_train_run", "extractor_entry"]
 
 
-def default_train_run(model: str, train_steps: int) -> str:
-    """The training run's folder name under ``pretrain/`` (and ``eval/``) when none is given."""
-    return f"{model}-{int(train_steps)}steps"
+def default_train_run(model: str, budget: str, seed: int | None = None) -> str:
+    """The training run's folder name under ``pretrain/`` (and ``eval/``) when none is given:
+    ``{model}-{budget}-seed{seed}`` (``budget``: ``5120tokens`` or ``20steps``)."""
+    return f"{model}-{budget}" + (f"-seed{int(seed)}" if seed is not None else "")
+
+
+def _run_entry(layout: ExtractorLayout, train_run: str) -> dict[str, Any]:
+    """One training run of an extractor: its folder, seed (from its ``run.json``) and scores."""
+    entry: dict[str, Any] = {"train_run": layout.pretrain(train_run)}
+    run_file = _local(layout.pretrain(train_run)) / "run.json"
+    if run_file.exists():
+        entry["seed"] = json.loads(run_file.read_text(encoding="utf-8")).get("train", {}).get("seed")
+    evaluation = _local(layout.evaluation(train_run))
+    if (evaluation / "scores.json").exists():
+        entry["scores"] = str(evaluation / "scores.json")
+    checkpoints = sorted((evaluation / "checkpoints").glob("*.json"))
+    if checkpoints:
+        entry["checkpoint_scores"] = [str(path) for path in checkpoints]
+    return entry
 
 
 def _local(path: str) -> Path:
     return Path(str(path).removeprefix("file://"))
 
 
-def extractor_entry(root: str, train_run: str | None) -> dict[str, Any]:
-    """One extractor's manifest entry from its folder (``{run root}/extractors/{name}``)."""
+def extractor_entry(root: str, train_run: str | Sequence[str] | None) -> dict[str, Any]:
+    """One extractor's manifest entry from its folder (``{run root}/extractors/{name}``): one training run
+    (``train_run``, ``scores``, ``checkpoint_scores``), or several, one per seed, as ``runs``."""
     layout = ExtractorLayout(str(root).rstrip("/"))
     spec_path = _local(layout.spec_file)
     spec = json.loads(spec_path.read_text(encoding="utf-8")) if spec_path.exists() else {}
@@ -42,21 +59,18 @@ def extractor_entry(root: str, train_run: str | None) -> dict[str, Any]:
         "tokens_summary": layout.tokens_summary,
         "extraction_row": f"dripper:{name}/md",
     }
-    if train_run:
-        entry["train_run"] = layout.pretrain(train_run)
-        evaluation = _local(layout.evaluation(train_run))
-        if (evaluation / "scores.json").exists():
-            entry["scores"] = str(evaluation / "scores.json")
-        checkpoints = sorted((evaluation / "checkpoints").glob("*.json"))
-        if checkpoints:
-            entry["checkpoint_scores"] = [str(path) for path in checkpoints]
+    runs = [train_run] if isinstance(train_run, str) else list(train_run or [])
+    if len(runs) == 1:
+        entry.update({k: v for k, v in _run_entry(layout, runs[0]).items() if k != "seed"})
+    elif runs:
+        entry["runs"] = [_run_entry(layout, run) for run in runs]
     return entry
 
 
 def ablation_manifest(
     extractor_roots: Sequence[str],
     *,
-    train_runs: dict[str, str] | str | None = None,
+    train_runs: dict[str, str | list[str]] | str | None = None,
     extraction_summary: str | None = None,
     title: str = "Extractor ablation",
     run: dict[str, Any] | None = None,
@@ -66,7 +80,8 @@ def ablation_manifest(
 
     Args:
         extractor_roots: ``{run root}/extractors/{name}`` folders, in report order.
-        train_runs: The training run of each extractor (by folder path), or one run name for all.
+        train_runs: The training run of each extractor (by folder path; a list: one run per seed), or one
+            run name for all.
         extraction_summary: An ``dripper.eval.extraction`` summary scoring the same specs (rows ``dripper:{name}/md``).
         title: The report's title.
         run: What was run (crawl, WARC files, model, steps, suite, tokenizer), shown at the top.

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from dripper.config.labelers import PAGE_EXTRACTORS
 from dripper.hints import did_you_mean
 
 if TYPE_CHECKING:
@@ -57,7 +58,7 @@ def get_extractor(spec: Any, **options: Any) -> Extractor:
         ValueError: When the extractor rejects its argument.
     """
     if not isinstance(spec, str):
-        return DripperExtractor(spec=spec, **options)
+        return PipelineUnderTest(spec=spec, **options)
     family, sep, argument = spec.partition(":")
     cls = _EXTRACTORS.get(family)
     if cls is None:
@@ -131,8 +132,9 @@ class Extractor(ABC):
 def html_to_markdown(html: str, url: str | None = None) -> str:
     """Convert (main-content) HTML to Markdown the way WebMainBench scores HTML extractors.
 
-    ``HTML2Text(bodywidth=0)`` with links and images ignored (UPSTREAM.md §3.2): the whitespace layout of
-    this conversion is part of the ROUGE-5 score, so every HTML-producing extractor must go through it.
+    ``HTML2Text(bodywidth=0)`` with links and images ignored (docs/upstream.md#the-rouge-metric): the
+    whitespace layout of this conversion is part of the ROUGE-5 score, so every HTML-producing extractor
+    must go through it.
     """
     import html2text
 
@@ -233,7 +235,7 @@ DRIPPER_VIEWS = ("md", "html2text")
 
 
 @register_extractor("dripper")
-class DripperExtractor(Extractor):
+class PipelineUnderTest(Extractor):
     """This project's pipeline, ``dripper:<labeler>[/<view>]``, scored like WebMainBench scores Dripper.
 
     Two views of one extraction become two result rows: ``/md`` is the pipeline's own Markdown and
@@ -275,6 +277,8 @@ class DripperExtractor(Extractor):
             )
         self.labeler = labeler
         self.views = (view,) if view else DRIPPER_VIEWS
+        if spec is not None and spec.labeler in PAGE_EXTRACTORS:
+            self.views = ("md",)  # a whole-page extractor (fineweb, dclm) writes text only, no main HTML
         self.fallback = fallback
         self.batch_size = batch_size
         self.name = f"dripper:{labeler}"

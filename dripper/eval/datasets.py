@@ -6,9 +6,9 @@ mix ``dev.jsonl.gz`` with a WebMainBench download.
 * Dev format (the development sets' README (not distributed)): ``id``, ``url``, ``html``, ``ground_truth_text`` (null for
   snippet pages), ``ground_truth_format``, ``with_snippets``/``without_snippets``, ``language``, ``source``,
   and for ``dev_hard`` ``page_type``.
-* WebMainBench (UPSTREAM.md §3.1): ``track_id``, ``url``, ``html``, ``convert_main_content``,
-  ``groundtruth_content`` (calibrated, 545 subset only), ``meta`` with ``language``, ``style``, ``level``,
-  ``table``, ``code``, ``equation``.
+* WebMainBench (docs/upstream.md#webmainbench-data): ``track_id``, ``url``, ``html``,
+  ``convert_main_content``, ``groundtruth_content`` (calibrated, 545 subset only), ``meta`` with
+  ``language``, ``style``, ``level``, ``table``, ``code``, ``equation``.
 """
 
 from __future__ import annotations
@@ -176,8 +176,9 @@ def page_from_webmainbench_record(
     """Build a :class:`BenchPage` from one WebMainBench record.
 
     The ground truth is ``groundtruth_content`` when present and non-null, else ``convert_main_content``.
-    This deliberately avoids the toolkit's key-order pitfall (UPSTREAM.md §3.1), where a later
-    ``groundtruth_content: null`` overwrites a valid ``convert_main_content`` and leaves the page without GT.
+    This deliberately avoids the toolkit's key-order pitfall (docs/upstream.md#webmainbench-data), where
+    a later ``groundtruth_content: null`` overwrites a valid ``convert_main_content`` and leaves the page
+    without GT.
 
     Args:
         record: The parsed JSON object.

@@ -74,6 +74,7 @@ class SuiteTask:
         metric: lm-eval metric reported (``acc``, ``acc_norm``, ``exact_match``).
         filter: lm-eval filter of that metric (``none``, ``remove_whitespace``).
         category: Category key of the suite.
+        source: Where the setting (shots, metric, filter) comes from: a paper, or lm-eval's default.
     """
 
     name: str
@@ -82,6 +83,7 @@ class SuiteTask:
     metric: str
     category: str
     filter: str = "none"
+    source: str = ""
 
     @property
     def result_key(self) -> str:
@@ -127,6 +129,7 @@ def load_suite(path: Path | str) -> Suite:
                 metric=entry["metric"],
                 filter=entry.get("filter", "none"),
                 category=entry["category"],
+                source=str(entry.get("source") or ""),
             )
         )
     names = [task.name for task in tasks]
@@ -319,6 +322,7 @@ def run_suite_many(
     full_index: bool = False,
     max_gen_toks: int | None = None,
     bootstrap_iters: int = 100,
+    reference: Path | str | None = None,
 ) -> list[dict[str, Any]]:
     """Evaluate each model folder (e.g. the checkpoints of one run) on the suite, in one process.
 
@@ -336,6 +340,8 @@ def run_suite_many(
             default is 256, more than a tiny model's context).
         bootstrap_iters: lm-eval's bootstrap iterations for metrics without a closed-form standard error
             (accuracy and exact match have one; 0 turns standard errors off).
+        reference: A held-out reference text (:mod:`dripper.eval.reference`): each summary gets the model's
+            ``reference_loss`` on it (the ablation's early signal) with its standard error.
     """
     import lm_eval
     from lm_eval.api.registry import get_model
@@ -345,6 +351,11 @@ def run_suite_many(
     model_dirs = [Path(d) for d in model_dirs]
     for model_dir in model_dirs:
         _check_model_dir(model_dir)
+    reference_texts = None
+    if reference:
+        from dripper.eval.reference import read_reference, reference_loss
+
+        reference_texts = read_reference(reference)
     manager = task_manager(suite, full_index=full_index)
     context = fixture_datasets(load_fixture_manifest(fixtures)) if fixtures else contextlib.nullcontext()
     # simple_evaluate takes one few-shot count per call: one call per distinct count, one loaded model.
@@ -376,6 +387,9 @@ def run_suite_many(
             summary = summarize(suite, results)
             summary["model"] = str(model_dir)
             summary.update(_checkpoint_position(model_dir))
+            if reference_texts is not None:
+                summary.update(reference_loss(model_dir, reference_texts, device))
+                summary["reference"] = str(reference)
             summary["lm_eval_version"] = getattr(lm_eval, "__version__", None)
             summary["seconds"] = time.perf_counter() - start
             if out_dir:
@@ -481,6 +495,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--fixtures", type=Path, default=None, help="fixture manifest: local files for Hub datasets"
     )
+    parser.add_argument(
+        "--reference",
+        type=Path,
+        default=None,
+        help="held-out reference text (plain text, or JSONL with a text field): each model's loss on it",
+    )
     parser.add_argument("--model-backend", default="hf", help="lm-eval model type (default: %(default)s)")
     parser.add_argument("--max-gen-toks", type=int, default=None, help="cap generated tokens (tiny models)")
     parser.add_argument("--offline", action="store_true", help="set HF_HUB_OFFLINE/HF_DATASETS_OFFLINE")
@@ -517,6 +537,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             fixtures=args.fixtures,
             model_backend=args.model_backend,
             max_gen_toks=args.max_gen_toks,
+            reference=args.reference,
         )
         if args.out:
             _write_json(args.out, summaries[0])

@@ -1,9 +1,10 @@
 """Extraction-quality metrics: ROUGE-5 F1 on jieba tokens (the WebMainBench metric) and snippet scoring.
 
-The ROUGE computation follows MinerU-HTML's ``calc_rouge_n_score`` exactly (UPSTREAM.md §3.2): the raw,
-unstripped strings are tokenised with ``jieba.lcut`` (accurate mode, HMM on), whitespace characters stay as
-tokens, nothing is lowercased, and 5-gram multisets are intersected. A side with fewer than five tokens has
-no 5-grams and scores 0.0 unless both sides strip to empty.
+The ROUGE computation follows MinerU-HTML's ``calc_rouge_n_score`` exactly
+(docs/upstream.md#the-rouge-metric): the raw, unstripped strings are tokenised with ``jieba.lcut``
+(accurate mode, HMM on), whitespace characters stay as tokens, nothing is lowercased, and 5-gram multisets
+are intersected. A side with fewer than five tokens has no 5-grams and scores 0.0 unless both sides strip
+to empty.
 
 Because the ground truths mix plain text and Markdown, :func:`normalize_markdown` strips Markdown markup and
 collapses whitespace so that a second, "normalised" figure measures content rather than formatting.
@@ -94,7 +95,7 @@ def prepare_reference(text: str, n: int = DEFAULT_N) -> PreparedReference:
 
 
 def rouge_n(prediction: str, reference: str | PreparedReference, n: int = DEFAULT_N) -> RougeScore:
-    """ROUGE-N of ``prediction`` against ``reference`` on jieba tokens (UPSTREAM.md §3.2).
+    """ROUGE-N of ``prediction`` against ``reference`` on jieba tokens (docs/upstream.md#the-rouge-metric).
 
     Args:
         prediction: The extractor's output (Markdown or text), not stripped.

@@ -34,11 +34,14 @@ in pipeline order of ``{"step", "docs_in", "docs_out", "tokens_in", "tokens_out"
 The dedup rate is the share of the documents entering the first dedup step (:data:`DEDUP_STEPS`) that the
 dedup steps removed.
 
-Noise: every score carries lm-eval's standard error; a mean over benchmarks carries
-``sqrt(sum se_i^2) / n``. Two extractors' means are compared by their difference over the combined
-standard error ``sqrt(se_a^2 + se_b^2)`` (:func:`compare`): a difference within one combined standard error
-is reported as noise. The rule treats the two models' errors as independent; both are scored on the same
-documents, so it is conservative, and it is a rule of thumb, not a significance test.
+Seeds: an extractor may list ``runs: [{seed, train_run, scores, checkpoint_scores}, …]`` (one per seed)
+instead of one run's fields; its scores are the mean over seeds with their spread.
+
+Noise (:mod:`dripper.eval.noise`): every score carries lm-eval's standard error; a mean over benchmarks
+carries ``sqrt(sum se_i^2) / n``. Two extractors' means are compared by their difference over
+``sqrt(se_a^2 + se_b^2 + sd_a^2/n_a + sd_b^2/n_b)``, item and seed noise (:func:`compare`): within one is
+noise, beyond two beyond noise. The early signal (each checkpoint's loss on a held-out reference text,
+:mod:`dripper.eval.reference`) is read by the same rule. A rule of thumb, not a significance test.
 
 Rendering (HTML with plots, Markdown) is :mod:`dripper.eval.report_html`'s.
 """
@@ -47,7 +50,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -57,6 +59,16 @@ from typing import Any
 
 DEDUP_STEPS = ("url_dedup", "exact_dedup", "minhash", "dedup", "near_dedup")
 COUNT_KEYS = ("docs_in", "docs_out", "tokens_in", "tokens_out")
+
+
+@dataclass(slots=True)
+class RunInputs:
+    """One training run of an arm (one seed): its folder and its scores."""
+
+    seed: int | None = None
+    train_run: Path | None = None
+    scores: Path | None = None
+    checkpoint_scores: list[Path] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -72,6 +84,8 @@ class ExtractorInputs:
     train_run: Path | None = None
     scores: Path | None = None
     checkpoint_scores: list[Path] = field(default_factory=list)
+    #: One per seed; a manifest entry without ``runs`` is one run (``train_run``, ``scores``, …).
+    runs: list[RunInputs] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -105,6 +119,19 @@ def load_manifest(path: Path | str) -> ReportInputs:
         if entry["name"] in names:
             raise ValueError(f"{path}: extractor name {entry['name']!r} is listed twice")
         names.add(entry["name"])
+        runs = [
+            RunInputs(
+                seed=run.get("seed"),
+                train_run=resolve(run.get("train_run")),
+                scores=resolve(run.get("scores")),
+                checkpoint_scores=[resolve(p) for p in run.get("checkpoint_scores") or []],
+            )
+            for run in entry.get("runs") or []
+        ]
+        if runs and any(entry.get(key) for key in ("train_run", "scores", "checkpoint_scores")):
+            raise ValueError(
+                f"{path}: {entry['name']}: give runs or train_run/scores/checkpoint_scores, not both"
+            )
         extractors.append(
             ExtractorInputs(
                 name=entry["name"],
@@ -118,6 +145,7 @@ def load_manifest(path: Path | str) -> ReportInputs:
                 train_run=resolve(entry.get("train_run")),
                 scores=resolve(entry.get("scores")),
                 checkpoint_scores=[resolve(p) for p in entry.get("checkpoint_scores") or []],
+                runs=runs,
             )
         )
     if not extractors:
@@ -275,33 +303,41 @@ def score_curve(paths: Sequence[Path]) -> list[dict[str, Any]]:
                 "mean_stderr": summary.get("mean_stderr"),
                 "categories": summary.get("categories") or {},
                 "categories_stderr": summary.get("categories_stderr") or {},
+                "reference_loss": summary.get("reference_loss"),
+                "reference_loss_stderr": summary.get("reference_loss_stderr"),
                 "source": str(path),
             }
         )
     return sorted(points, key=lambda p: (p["tokens"] is None, p["tokens"] or 0, p["step"] or 0))
 
 
-def compare(a: float, a_stderr: float | None, b: float, b_stderr: float | None) -> dict[str, Any]:
-    """``a - b`` against its combined standard error ``sqrt(se_a^2 + se_b^2)``.
+def compare(
+    a: float, a_stderr: float | None, b: float, b_stderr: float | None, **seeds: Any
+) -> dict[str, Any]:
+    """``a - b`` against its noise (:func:`dripper.eval.noise.compare`: item SEs, and the seed spreads given
+    as ``a_seed_sd``/``a_seeds``/``b_seed_sd``/``b_seeds``).
 
     ``verdict``: ``"> 2 SE"``, ``"> 1 SE"`` or ``"within 1 SE"`` (noise), or ``"no standard error"``.
     """
-    difference = a - b
-    if a_stderr is None or b_stderr is None:
-        return {
-            "difference": difference,
-            "combined_stderr": None,
-            "ratio": None,
-            "verdict": "no standard error",
-        }
-    combined = math.sqrt(a_stderr**2 + b_stderr**2)
-    ratio = abs(difference) / combined if combined > 0 else math.inf
-    verdict = "> 2 SE" if ratio > 2 else "> 1 SE" if ratio > 1 else "within 1 SE"
-    return {"difference": difference, "combined_stderr": combined, "ratio": ratio, "verdict": verdict}
+    from dripper.eval.noise import compare as read_difference
+
+    return read_difference(a, a_stderr, b, b_stderr, **seeds)
+
+
+def _seeds(scores: dict[str, Any], sd: float | None) -> dict[str, Any]:
+    return {"seed_sd": sd, "seeds": int(scores.get("seeds") or 1)}
+
+
+def _pair(first: dict[str, Any], second: dict[str, Any], a_value, a_se, a_sd, b_value, b_se, b_sd, **kw):
+    n_a, n_b = int(first.get("seeds") or 1), int(second.get("seeds") or 1)
+    return compare(
+        a_value, a_se, b_value, b_se, a_seed_sd=a_sd, a_seeds=n_a, b_seed_sd=b_sd, b_seeds=n_b, **kw
+    )
 
 
 def comparisons(extractors: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Every pair of extractors with final scores: the mean and each category, compared by :func:`compare`."""
+    """Every pair of extractors with final scores: the mean and each category (and the reference loss, the
+    early signal, where both have it), compared by :func:`compare` against item and seed noise."""
     scored = [e for e in extractors if e["scores"]]
     rows = []
     for first, second in combinations(scored, 2):
@@ -309,19 +345,66 @@ def comparisons(extractors: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         row = {
             "a": first["name"],
             "b": second["name"],
-            "mean": compare(a["mean"], a.get("mean_stderr"), b["mean"], b.get("mean_stderr")),
+            "mean": _pair(
+                a,
+                b,
+                a["mean"],
+                a.get("mean_stderr"),
+                a.get("mean_seed_sd"),
+                b["mean"],
+                b.get("mean_stderr"),
+                b.get("mean_seed_sd"),
+            ),  # fmt: skip
             "categories": {},
         }
         for category, value in (a.get("categories") or {}).items():
             if category in (b.get("categories") or {}):
-                row["categories"][category] = compare(
-                    value,
-                    (a.get("categories_stderr") or {}).get(category),
-                    b["categories"][category],
-                    (b.get("categories_stderr") or {}).get(category),
-                )
+                row["categories"][category] = _pair(
+                    a, b,
+                    value, (a.get("categories_stderr") or {}).get(category),
+                    (a.get("categories_seed_sd") or {}).get(category),
+                    b["categories"][category], (b.get("categories_stderr") or {}).get(category),
+                    (b.get("categories_seed_sd") or {}).get(category),
+                )  # fmt: skip
+        if a.get("reference_loss") is not None and b.get("reference_loss") is not None:
+            row["reference_loss"] = _pair(
+                a, b, a["reference_loss"], a.get("reference_loss_stderr"), a.get("reference_loss_seed_sd"),
+                b["reference_loss"], b.get("reference_loss_stderr"), b.get("reference_loss_seed_sd"),
+                lower_is_better=True,
+            )  # fmt: skip
         rows.append(row)
     return rows
+
+
+def run_budget(
+    runs: Sequence[dict[str, Any]], tokens_summary: dict[str, Any] | None, max_epochs: float
+) -> dict[str, Any] | None:
+    """An arm's token budget: its corpus tokens, the unique tokens it trained on (its corpus, or the cut of
+    ``equalize_corpora``), the training tokens and steps, and epochs = training tokens / unique tokens,
+    ``flagged`` above ``max_epochs``. From the runs' ``run.json`` (``data``), else the tokens summary and
+    the training log."""
+    if not runs:
+        return None
+    info = runs[0].get("run_info") or {}
+    data = info.get("data") or {}
+    train = info.get("train") or {}
+    loss = runs[0].get("loss") or []
+    corpus = data.get("corpus_tokens") or (tokens_summary or {}).get("tokens")
+    unique = data.get("tokens") or corpus
+    train_tokens = data.get("train_tokens") or (loss[-1].get("tokens") if loss else None)
+    epochs = train_tokens / unique if train_tokens and unique else None
+    return {
+        "corpus_tokens": corpus,
+        "unique_tokens": unique,
+        "cut": bool(data.get("prefix")),
+        "train_tokens": train_tokens,
+        "train_steps": train.get("train_steps") or (loss[-1].get("step") if loss else None),
+        "budget_tokens": train.get("train_tokens"),
+        "global_batch_size": train.get("global_batch_size"),
+        "epochs": epochs,
+        "max_epochs": max_epochs,
+        "flagged": bool(epochs is not None and epochs > max_epochs),
+    }
 
 
 def missing_inputs(inputs: ReportInputs, item: ExtractorInputs | None = None) -> list[str]:
@@ -329,23 +412,67 @@ def missing_inputs(inputs: ReportInputs, item: ExtractorInputs | None = None) ->
     if item is None:
         named = [*inputs.refine_summaries, inputs.extraction]
     else:
-        named = [item.refine_summary, item.tokens_summary, item.scores, *item.checkpoint_scores]
-        if item.train_run is not None:
-            run = item.train_run
-            named.append(run / "train_log.jsonl" if run.is_dir() else run)
+        named = [item.refine_summary, item.tokens_summary]
+        for run in arm_runs(item):
+            named += [run.scores, *run.checkpoint_scores]
+            if run.train_run is not None:
+                named.append(run.train_run / "train_log.jsonl" if run.train_run.is_dir() else run.train_run)
     return [str(path) for path in named if path is not None and not Path(path).exists()]
+
+
+def arm_runs(item: ExtractorInputs) -> list[RunInputs]:
+    """An arm's training runs: its ``runs``, or the one run of its top-level fields (none without any)."""
+    if item.runs:
+        return list(item.runs)
+    if item.train_run is None and item.scores is None and not item.checkpoint_scores:
+        return []
+    return [RunInputs(None, item.train_run, item.scores, list(item.checkpoint_scores))]
+
+
+def _run_info(run: Path | None) -> dict[str, Any]:
+    """A training run's ``run.json`` (its config and data), or ``{}``."""
+    if run is None:
+        return {}
+    return _read_json((run if run.is_dir() else run.parent) / "run.json") or {}
+
+
+def collect_runs(item: ExtractorInputs) -> list[dict[str, Any]]:
+    """Each seed's run of an arm: its seed, training log, config, final scores and checkpoint points."""
+    runs = []
+    for run in arm_runs(item):
+        info = _run_info(run.train_run)
+        runs.append(
+            {
+                "seed": run.seed if run.seed is not None else (info.get("train") or {}).get("seed"),
+                "train_run": str(run.train_run) if run.train_run else None,
+                "run_info": info,
+                "loss": training_curve(run.train_run),
+                "scores": _read_json(run.scores),
+                "curve": score_curve(run.checkpoint_scores),
+            }
+        )
+    return runs
 
 
 def collect(inputs: ReportInputs) -> dict[str, Any]:
     """Everything the report shows, as plain data (also embedded in the HTML)."""
+    from dripper.config.pretrain import PretrainStageConfig
+    from dripper.eval.noise import aggregate_curve, aggregate_scores
+    from dripper.eval.report_controls import baseline_settings
+
     summaries = [_read_json(p) or {} for p in inputs.refine_summaries]
     extraction = _read_json(inputs.extraction)
+    try:
+        max_epochs = float(inputs.run.get("max_epochs") or PretrainStageConfig.default("max_epochs"))
+    except (TypeError, ValueError):
+        max_epochs = float(PretrainStageConfig.default("max_epochs"))
     extractors = []
     for item in inputs.extractors:
         refine_key = item.refine_extractor or item.name
         own = _read_json(item.refine_summary)
         corpus = run_corpus_stats(own) if own is not None else corpus_stats(summaries, refine_key)
         tokens = _read_json(item.tokens_summary)
+        runs = collect_runs(item)
         extractors.append(
             {
                 "name": item.name,
@@ -363,10 +490,15 @@ def collect(inputs: ReportInputs) -> dict[str, Any]:
                     inputs.lm_pages_per_second,
                 ),
                 "extraction_row": item.extraction_row or refine_key,
-                "loss": training_curve(item.train_run),
-                "scores": _read_json(item.scores),
-                "curve": score_curve(item.checkpoint_scores),
+                "loss": runs[0]["loss"] if runs else None,
+                "scores": aggregate_scores([r["scores"] for r in runs if r["scores"]]),
+                "curve": aggregate_curve([r["curve"] for r in runs if r["curve"]]),
+                "runs": [{k: v for k, v in r.items() if k != "run_info"} for r in runs],
+                "seeds": [r["seed"] for r in runs],
+                "budget": run_budget(runs, tokens, max_epochs),
                 "missing_inputs": missing_inputs(inputs, item),
+                "baseline": baseline_settings(item.spec or {"labeler": item.labeler}),
+                "decontamination": (own or {}).get("decontamination"),
             }
         )
     all_rows = {row: data["all"] for row, data in (extraction or {}).get("rows", {}).items()}
@@ -376,8 +508,32 @@ def collect(inputs: ReportInputs) -> dict[str, Any]:
         "extractors": extractors,
         "extraction_rows": all_rows,
         "comparisons": comparisons(extractors),
+        "settings": suite_settings(extractors),
         "missing_inputs": missing_inputs(inputs),
     }
+
+
+def suite_settings(extractors: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each benchmark's setting (task, shots, metric, filter) and its cited source, from the suite file the
+    scores name (``[]`` when it is not at hand)."""
+    from dripper.eval.lm_suite import load_suite
+
+    suite = next((e["scores"].get("suite") for e in extractors if e["scores"]), None)
+    try:
+        tasks = load_suite(suite).tasks if suite else ()
+    except (FileNotFoundError, ValueError):
+        return []
+    return [
+        {
+            "name": t.name,
+            "task": t.task,
+            "num_fewshot": t.num_fewshot,
+            "metric": t.metric,
+            "filter": t.filter,
+            "source": t.source or "not stated in the suite file",
+        }  # fmt: skip
+        for t in tasks
+    ]
 
 
 def write_report(

@@ -23,6 +23,20 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from dripper.eval.noise import NOISE_RULE
+from dripper.eval.report_controls import controls_html, controls_markdown
+from dripper.eval.report_runs import (
+    BUDGET_HEADER,
+    EARLY_HEADER,
+    EARLY_NOTE,
+    SEED_HEADER,
+    SETTINGS_HEADER,
+    budget_rows,
+    early_signal_rows,
+    seed_rows,
+    settings_rows,
+)
+
 # -- numbers -----------------------------------------------------------------------------------------------
 
 
@@ -77,7 +91,10 @@ def summary_rows(data: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         for category in (e["scores"] or {}).get("categories") or {}:
             if category not in categories:
                 categories.append(category)
-    header = ["extractor", *(labels.get(c, c) for c in categories), "average", "documents", "tokens"]
+    header = [
+        "extractor", *(labels.get(c, c) for c in categories), "average", "seeds (sd of average)", "documents",
+        "tokens",
+    ]  # fmt: skip
     rows = []
     for e in data["extractors"]:
         scores = e["scores"] or {}
@@ -94,11 +111,21 @@ def summary_rows(data: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                 e["name"],
                 *cells,
                 percent(scores.get("mean"), scores.get("mean_stderr")),
+                seed_cell(scores, "mean_seed_sd"),
                 _fmt(documents),
                 _fmt(tokens),
             ]
         )
     return header, rows
+
+
+def seed_cell(scores: dict[str, Any], key: str, scale: float = 100.0, digits: int = 2) -> str:
+    """``"2 (sd 1.20)"``: the seeds an arm's figure is the mean of, and their spread (``–`` without scores)."""
+    if not scores:
+        return "–"
+    n = int(scores.get("seeds") or 1)
+    sd = scores.get(key)
+    return f"{n} (sd {scale * sd:.{digits}f})" if sd is not None else f"{n} (no sd)"
 
 
 def benchmark_rows(data: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
@@ -119,22 +146,39 @@ def benchmark_rows(data: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
+COMPARISON_HEADER = [
+    "pair", "score", "difference", "item SE", "seed SE", "noise", "|difference| / noise", "verdict", "reading",
+]  # fmt: skip
+
+
 def comparison_rows(data: dict[str, Any]) -> list[list[str]]:
+    """Per pair and score, the difference, its item and seed noise, their combination, ratio and reading
+    (benchmark scores in points, the reference loss in nats per token)."""
     labels = _category_labels(data)
     rows = []
     for pair in data["comparisons"]:
-        metrics = [("average", pair["mean"])] + [
-            (labels.get(c, c), result) for c, result in pair["categories"].items()
+        metrics = [("average", pair["mean"], 100.0)] + [
+            (labels.get(c, c), result, 100.0) for c, result in pair["categories"].items()
         ]
-        for metric, result in metrics:
+        if pair.get("reference_loss"):
+            metrics.append(("reference loss (early signal)", pair["reference_loss"], 1.0))
+        for metric, result, scale in metrics:
+            digits = 2 if scale == 100.0 else 4
+
+            def number(value: float | None, sign: str = "") -> str:
+                return "–" if value is None else f"{scale * value:{sign}.{digits}f}"  # noqa: B023
+
             rows.append(
                 [
                     f"{pair['a']} − {pair['b']}",
                     metric,
-                    f"{100 * result['difference']:+.2f}",
-                    "–" if result["combined_stderr"] is None else f"{100 * result['combined_stderr']:.2f}",
+                    number(result["difference"], "+"),
+                    number(result.get("item_stderr")),
+                    number(result.get("seed_stderr")),
+                    number(result["combined_stderr"]),
                     "–" if result["ratio"] is None else f"{result['ratio']:.2f}",
                     result["verdict"],
+                    result.get("reading", ""),
                 ]
             )
     return rows
@@ -267,6 +311,39 @@ def figures(data: dict[str, Any]) -> list[dict[str, Any]]:
             }
         )
 
+    with_reference = [
+        e
+        for e in data["extractors"]
+        if any(p.get("reference_loss") is not None for p in e.get("curve") or [])
+    ]
+    if with_reference:
+        fig, ax = new()
+        plotted = {}
+        for e in with_reference:
+            points = [p for p in e["curve"] if p.get("reference_loss") is not None]
+            x = [p["tokens"] if p["tokens"] is not None else p["step"] for p in points]
+            y = [p["reference_loss"] for p in points]
+            err = [p.get("reference_loss_seed_sd") or 0.0 for p in points]
+            ax.errorbar(x, y, yerr=err, marker="o", capsize=3, label=e["name"])
+            plotted[e["name"]] = {
+                "step": [p["step"] for p in points],
+                "tokens": [p["tokens"] for p in points],
+                "reference_loss": y,
+                "seed_sd": [p.get("reference_loss_seed_sd") for p in points],
+                "seeds": [p.get("seeds", 1) for p in points],
+            }
+        ax.set_xlabel("training tokens")
+        ax.set_ylabel("loss on the reference text ± sd over seeds")
+        _legend(ax)
+        out.append(
+            {
+                "id": "reference",
+                "title": "Early signal: loss on held-out reference text",
+                "png": _png(fig),
+                "data": plotted,
+            }  # fmt: skip
+        )
+
     with_loss = [e for e in data["extractors"] if e["loss"]]
     if with_loss:
         fig, ax = new()
@@ -276,6 +353,10 @@ def figures(data: dict[str, Any]) -> list[dict[str, Any]]:
             losses = [r["loss"] for r in e["loss"]]
             ax.plot(tokens, losses, label=e["name"])
             plotted[e["name"]] = {"step": [r["step"] for r in e["loss"]], "tokens": tokens, "loss": losses}
+            for run in (e.get("runs") or [])[1:]:  # the other seeds, thin, unlabelled
+                if run.get("loss"):
+                    ax.plot([r.get("tokens", r["step"]) for r in run["loss"]], [r["loss"] for r in run["loss"]],
+                            color=ax.lines[-1].get_color(), alpha=0.4, linewidth=0.8)  # fmt: skip
         ax.set_xlabel("training tokens")
         ax.set_ylabel("loss")
         _legend(ax)
@@ -298,15 +379,6 @@ STYLE = (
     "dl.run{display:grid;grid-template-columns:14em minmax(0,1fr);gap:2px 1em}"
     "dl.run dt{font-weight:bold}dl.run dd{margin:0;overflow-wrap:anywhere}"
 )
-
-NOISE_RULE = (
-    "Each score carries lm-eval's standard error (SE); a mean over benchmarks carries sqrt(Σ SE²)/n. "
-    "A difference is compared with the pair's combined SE, sqrt(SE_a² + SE_b²): within 1 SE reads as noise, "
-    "beyond 2 SE as a difference worth a larger run. Both models are scored on the same documents and "
-    "the rule treats their errors as independent, so it is conservative; it is a rule of thumb, not a "
-    "significance test."
-)
-
 
 _NUMBER = re.compile(r"^[-+−]?[\d,.]+%?( ± [\d.]+)?$|^–$|^inf$")
 
@@ -346,7 +418,11 @@ def _run_section(data: dict[str, Any]) -> str:
         "crawl": "Crawl",
         "warc_files": "WARC files",
         "model": "Model",
+        "train_tokens": "Training tokens (budget)",
         "train_steps": "Training steps",
+        "seeds": "Seeds",
+        "max_epochs": "Epochs before a flag",
+        "equalize_corpora": "Corpora cut to the smallest",
         "eval_every": "Evaluated every",
         "suite": "Benchmark suite",
         "tokenizer": "Tokenizer",
@@ -418,23 +494,48 @@ def render_html(data: dict[str, Any], figs: list[dict[str, Any]]) -> str:
     if not any(e["scores"] for e in data["extractors"]):
         sections.append(_missing("no benchmark scores given"))
     sections.append(
-        "<p class='note'>Same WARC files for every extractor; their corpora differ in size, so each model "
-        "saw its own corpus for the same number of steps.</p></section>"
+        "<p class='note'>Same WARC files for every extractor; their corpora differ in size and every model "
+        "trains on the same token budget, so a smaller corpus is repeated more often (epochs below). Each "
+        "score is the mean over the arm's seeds ± its item SE; the seed column gives their spread.</p></section>"
     )
 
     sections.append('<section id="comparisons"><h2>Differences against noise</h2>')
     sections.append(f"<p class='note'>{html.escape(NOISE_RULE)}</p>")
     compared = comparison_rows(data)
     sections.append(
-        _table(
-            ["pair", "score", "difference (points)", "combined SE", "|difference| / SE", "reading"],
-            compared,
-            "comparisons",
-        )
+        _table(COMPARISON_HEADER, compared, "comparisons")
         if compared
         else _missing("fewer than two extractors with scores")
     )
+    sections.append(
+        "<p class='note'>Benchmark differences in points; the reference loss in nats per token (lower is "
+        "better).</p></section>"
+    )
+
+    sections.append('<section id="budget"><h2>Token budget and epochs</h2>' + token_note)
+    sections.append(_table(BUDGET_HEADER, budget_rows(data), "budget"))
+    equalized = any((e.get("budget") or {}).get("cut") for e in data["extractors"])
+    sections.append(
+        "<p class='note'>Epochs = training tokens / unique tokens trained on; an arm is flagged above "
+        f"{html.escape(str(next((e['budget']['max_epochs'] for e in data['extractors'] if e.get('budget')), '–')))} "
+        "epochs (max_epochs). "
+        + ("Corpora were cut to the smallest arm's tokens (equalize_corpora): a seeded random subset of "
+           "documents, the same for every seed." if equalized else "Corpora were not cut (equalize_corpora off).")
+        + "</p></section>"
+    )  # fmt: skip
+
+    sections.append('<section id="seeds"><h2>Runs per seed</h2>')
+    runs = seed_rows(data)
+    sections.append(_table(SEED_HEADER, runs, "seeds") if runs else _missing("no training runs given"))
     sections.append("</section>")
+
+    sections.append('<section id="early-signal"><h2>Early signal: loss on a held-out reference text</h2>')
+    sections.append(f"<p class='note'>{html.escape(EARLY_NOTE)}</p>")
+    early = early_signal_rows(data)
+    sections.append(
+        _table(EARLY_HEADER, early, "early-signal") if early else _missing("no reference loss in the scores")
+    )
+    sections.append(figure("reference") + "</section>")
 
     sections.append('<section id="training-scores"><h2>Scores over training</h2>')
     curve_rows = [
@@ -453,6 +554,15 @@ def render_html(data: dict[str, Any], figs: list[dict[str, Any]]) -> str:
     header, rows = benchmark_rows(data)
     sections.append(_table(header, rows, "scores") if rows else _missing("no benchmark scores given"))
     sections.append(figure("scores") + "</section>")
+
+    sections.append('<section id="settings"><h2>Benchmark settings and their sources</h2>')
+    settings = settings_rows(data)
+    sections.append(
+        _table(SETTINGS_HEADER, settings, "settings")
+        if settings
+        else _missing("the suite file is not at hand")
+    )
+    sections.append("</section>")
 
     sections.append('<section id="corpus"><h2>Corpus statistics</h2>' + token_note)
     for e in data["extractors"]:
@@ -481,6 +591,7 @@ def render_html(data: dict[str, Any], figs: list[dict[str, Any]]) -> str:
         if drops:
             sections.append(f"<p>Drop reasons (scope: {html.escape(corpus['drop_reasons_scope'])}):</p>")
             sections.append(_table(["step", "reason", "documents"], drops, "drop-reasons"))
+    sections.append(controls_html(data))  # baseline arms' settings, decontamination per benchmark
     sections.append(figure("corpus") + "</section>")
 
     sections.append('<section id="extraction"><h2>Extraction quality (labelled pages)</h2>')
@@ -611,10 +722,18 @@ def render_markdown(data: dict[str, Any]) -> str:
     compared = comparison_rows(data)
     if compared:
         lines += ["## Differences against noise", "", NOISE_RULE, ""]
-        lines += _markdown_table(
-            ["pair", "score", "difference (points)", "combined SE", "\\|difference\\| / SE", "reading"],
-            compared,
-        )
+        lines += _markdown_table([h.replace("|", "\\|") for h in COMPARISON_HEADER], compared)
+    lines += ["## Token budget and epochs", ""] + _markdown_table(BUDGET_HEADER, budget_rows(data))
+    runs = seed_rows(data)
+    if runs:
+        lines += ["## Runs per seed", ""] + _markdown_table(SEED_HEADER, runs)
+    early = early_signal_rows(data)
+    if early:
+        lines += ["## Early signal: loss on a held-out reference text", "", EARLY_NOTE, ""]
+        lines += _markdown_table(EARLY_HEADER, early)
+    settings = settings_rows(data)
+    if settings:
+        lines += ["## Benchmark settings and their sources", ""] + _markdown_table(SETTINGS_HEADER, settings)
     curve = [
         [e["name"], p["step"], _fmt(p["tokens"]), percent(p["mean"], p["mean_stderr"])]
         for e in data["extractors"]
@@ -645,6 +764,7 @@ def render_markdown(data: dict[str, Any]) -> str:
     lines += _markdown_table(
         ["extractor", "docs in", "docs out", "tokens out", "dedup rate", "ROUGE-5 F1", "final loss"], table
     )
+    lines += controls_markdown(data)
     lines += ["## What each extractor asked of the LM", "", LM_COST_NOTE, ""]
     lines += _markdown_table(LM_COST_HEADER, lm_cost_rows(data))
     return "\n".join(lines)

@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from dripper.config.labelers import (
     BUILTIN_LABELERS,
@@ -24,6 +24,9 @@ from dripper.config.labelers import (
     register_labeler,
 )
 from dripper.types import Page, SimplifiedPage
+
+if TYPE_CHECKING:
+    from dripper.labelers.whole_page import PageExtractor
 
 __all__ = [
     "BUILTIN_LABELERS",
@@ -167,21 +170,26 @@ class BlockLabeler(ABC):
         """Release resources held by the labeler."""
 
 
-def build_labeler(name: str, **options) -> BlockLabeler:
+def build_labeler(name: str, **options) -> BlockLabeler | PageExtractor:
     """Build the labeler ``name`` (built in, from an entry point, registered, or ``module:factory``) with
-    ``options``.
+    ``options``: a :class:`BlockLabeler`, or a whole-page extractor
+    (:class:`~dripper.labelers.whole_page.PageExtractor`: ``fineweb``, ``dclm``).
 
     Raises:
         KeyError: unknown name (with the closest names), or an import path that does not import or does
-            not build a :class:`BlockLabeler`.
+            not build a :class:`BlockLabeler` or a ``PageExtractor``.
         ValueError: an option the labeler does not take.
     """
+    from dripper.labelers.whole_page import PageExtractor
+
     factory = labeler_factory(name)
     try:
         inspect.signature(factory).bind(**options)
     except TypeError as error:
         raise ValueError(f"labeler {name!r}: {error}") from None
     labeler = factory(**options)
-    if not isinstance(labeler, BlockLabeler):
-        raise KeyError(f"labeler {name!r} built a {type(labeler).__name__}, not a BlockLabeler")
+    if not isinstance(labeler, BlockLabeler | PageExtractor):
+        raise KeyError(
+            f"labeler {name!r} built a {type(labeler).__name__}, not a BlockLabeler or a PageExtractor"
+        )
     return labeler

@@ -7,8 +7,9 @@
   ``</think>\\n\\n`` as the first answer tokens, so that text ends the prompt here and the answer regex
   constrains the rest (``{"1":"main",…}``).
 
-(``../shared/UPSTREAM.md`` §1.5–§1.6.) A window of consecutive blocks is a valid page of its own: the
-blocks' simplified HTML, ids renumbered from 1, wrapped as the simplifier wraps a page.
+(docs/upstream.md#the-prompt and docs/upstream.md#answer-formats-and-decoding.) A window of consecutive
+blocks is a valid page of its own: the blocks' simplified HTML, ids renumbered from 1, wrapped as the
+simplifier wraps a page.
 
 Nothing here imports torch or vLLM; the tokenizer is the caller's.
 """

@@ -17,76 +17,26 @@ cache with per-sequence lengths, so many pages decode in one batch
 (:mod:`~dripper.labelers.torch_runners`); other architectures run through the transformers forward one
 sequence at a time.
 Logits are computed only for allowed tokens (a few rows of the LM head). CPU in tests, CUDA in production.
+The options and the state of one call being decoded, which the runners read too, are in
+:mod:`~dripper.labelers.torch_options` (re-exported here: ``EngineOptions``).
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from dripper.labelers.lm_common import LMAnswer, LMCall
 from dripper.labelers.lm_tokens import AnswerAutomaton, TokenVocabulary, label_margins
+from dripper.labelers.torch_options import DecodeRow, EngineOptions
 from dripper.labelers.torch_runners import SequentialRunner, SlotRunner, to_device
 from dripper.prompt import AnswerFormat
 
 # Architectures whose decoder layers SlotRunner reproduces exactly (tests compare with transformers).
 _SLOT_MODEL_TYPES = {"qwen3", "qwen2", "llama", "mistral", "hunyuan_v1_dense"}
 _LABEL_START = frozenset((ord("m"), ord("o")))
-
-
-@dataclass(frozen=True)
-class EngineOptions:
-    """Knobs of :class:`ConstrainedDecoder`.
-
-    Attributes:
-        speculation: ``"previous"`` (guess each label as the one before), ``"draft"`` (labels given with the
-            calls, e.g. from a CPU labeler) or ``"none"``.
-        max_draft_tokens: Longest draft verified in one forward pass.
-        max_batch: Sequences decoded together.
-        kv_cache_tokens: KV-cache capacity in tokens over all slots (``None``: 1/2 of free GPU memory, or
-            2**20 tokens on CPU).
-        max_passes_per_block: A call's forward-pass budget is ``16 + max_passes_per_block × blocks``; a call
-            that has not closed its answer by then ends as a recorded failure (its page goes to the
-            fallback). The default, 3, is ten times the design point (~0.28 per block with speculation)
-            and still covers decoding without speculation (one decision per label, two or three where a
-            model spells labels in pieces). ``None``: only ``max_tokens`` bounds a call.
-        call_deadline_s: Wall-clock seconds a call may take from its prefill; past it the call ends as a
-            recorded failure. ``None``: no deadline.
-        cuda_graphs: On CUDA, replay decode steps from CUDA graphs captured per padded shape (batch, width
-            and attention span rounded up to buckets); a capture that fails falls back to eager steps.
-        progress_every_s: How often :meth:`ConstrainedDecoder.run` reports progress to its callback.
-    """
-
-    speculation: str = "previous"
-    max_draft_tokens: int = 32
-    max_batch: int = 32
-    kv_cache_tokens: int | None = None
-    max_passes_per_block: float | None = 3.0
-    call_deadline_s: float | None = None
-    cuda_graphs: bool = True
-    progress_every_s: float = 10.0
-
-    def __post_init__(self) -> None:
-        if self.speculation not in ("previous", "draft", "none"):
-            raise ValueError(f"speculation must be previous, draft or none, got {self.speculation!r}")
-        if self.max_draft_tokens < 0 or self.max_batch < 1:
-            raise ValueError("max_draft_tokens must be >= 0 and max_batch >= 1")
-        if self.max_passes_per_block is not None and self.max_passes_per_block <= 0:
-            raise ValueError("max_passes_per_block must be > 0 (or None)")
-        if self.call_deadline_s is not None and self.call_deadline_s <= 0:
-            raise ValueError("call_deadline_s must be > 0 (or None)")
-
-    def pass_budget(self, n_blocks: int) -> int | None:
-        """Forward passes a call of ``n_blocks`` blocks may take (``None``: unbounded but for max_tokens)."""
-        if self.max_passes_per_block is None:
-            return None
-        return _BUDGET_BASE_PASSES + math.ceil(self.max_passes_per_block * n_blocks)
-
-
-_BUDGET_BASE_PASSES = 16  # the prefill, the answer's opening and closing decisions, and slack
 
 
 @dataclass
@@ -130,36 +80,6 @@ class EngineProgress:
             "prompt_tokens_per_s": round(self.prompt_tokens / seconds),
             "answer_tokens_per_s": round(self.answer_tokens / seconds, 1),
         }
-
-
-@dataclass
-class _Row:
-    """One call being decoded."""
-
-    call: LMCall
-    index: int
-    automaton: AnswerAutomaton
-    slot: int = -1
-    fed: int = 0  # tokens in the KV cache
-    state: int | None = 0  # automaton state after generated + pending tokens (None after a stop token)
-    pending: list[int] = field(default_factory=list)  # decided, not yet fed
-    draft: list[int] = field(default_factory=list)
-    draft_states: list[int] = field(default_factory=list)  # state before each draft token
-    generated: list[int] = field(default_factory=list)
-    candidates: list[dict[bytes, float]] = field(default_factory=list)
-    draft_end_state: int = 0
-    draft_limit: int = 0  # adaptive: grows while drafts are accepted, shrinks when they are not
-    labels_decided: int = 0
-    last_word: str | None = None  # the label decided last
-    spelling: list[int] = field(default_factory=list)  # tokens spelling the current label
-    spelled: int = 0
-    label_tokens: dict[str, list[int]] = field(default_factory=dict)  # how the model spells each label
-    draft_labels: list[bool] | None = None
-    forward_passes: int = 0
-    pass_budget: int | None = None
-    deadline: float | None = None  # time.monotonic() past which the call fails
-    done: bool = False
-    failure: str | None = None
 
 
 class ConstrainedDecoder:
@@ -228,7 +148,7 @@ class ConstrainedDecoder:
         rows = []
         for index, call in enumerate(calls):
             automaton = AnswerAutomaton(call.regex, self.vocabulary)
-            row = _Row(call=call, index=index, automaton=automaton, state=automaton.start)
+            row = DecodeRow(call=call, index=index, automaton=automaton, state=automaton.start)
             if draft_labels is not None and self.options.speculation == "draft":
                 row.draft_labels = draft_labels[index]
             rows.append(row)
@@ -262,7 +182,7 @@ class ConstrainedDecoder:
             )
         )
 
-    def _finish(self, rows: list[_Row]) -> None:
+    def _finish(self, rows: list[DecodeRow]) -> None:
         """Count the rows that ended in the last pass (for progress)."""
         for row in rows:
             if row.done:
@@ -271,14 +191,14 @@ class ConstrainedDecoder:
 
     # -- scheduling --------------------------------------------------------------------------------
 
-    def _run_group(self, group: list[_Row]) -> None:
+    def _run_group(self, group: list[DecodeRow]) -> None:
         """Continuous batching within a group of similar lengths: a freed slot is refilled at once.
 
         Active rows are kept in slots ``0..n-1`` (a row from the top moves into a freed slot), so a decode
         step reads one contiguous block of the KV cache instead of gathering every row's span.
         """
         waiting = list(group)
-        active: list[_Row] = []
+        active: list[DecodeRow] = []
         while waiting or active:
             fresh = []
             while waiting and len(active) + len(fresh) < self.runner.slots:
@@ -296,7 +216,7 @@ class ConstrainedDecoder:
                 active = self._compact([row for row in active if not row.done])
             self._report()
 
-    def _compact(self, active: list[_Row]) -> list[_Row]:
+    def _compact(self, active: list[DecodeRow]) -> list[DecodeRow]:
         """Move rows into the free slots below ``len(active)``; returns the rows in slot order."""
         count = len(active)
         holes = sorted(set(range(count)) - {row.slot for row in active})
@@ -306,7 +226,7 @@ class ConstrainedDecoder:
             row.slot = hole
         return sorted(active, key=lambda row: row.slot)
 
-    def _start(self, row: _Row) -> None:
+    def _start(self, row: DecodeRow) -> None:
         self.stats.prompt_tokens += len(row.call.prompt_ids)
         row.pass_budget = self.options.pass_budget(row.call.n_blocks)
         if self.options.call_deadline_s is not None:
@@ -314,7 +234,7 @@ class ConstrainedDecoder:
         self._jump_forward(row)
         row.pending = list(row.call.prompt_ids) + row.pending
 
-    def _feed(self, rows: list[_Row], causal_fresh: bool) -> None:
+    def _feed(self, rows: list[DecodeRow], causal_fresh: bool) -> None:
         """One forward pass over each row's pending tokens and draft, then verification and the next decision."""
         inputs = []
         for row in rows:
@@ -338,7 +258,7 @@ class ConstrainedDecoder:
             self._accept(row, choices[number])
 
     def _greedy(
-        self, rows: list[_Row], hidden: Any, requests: list[tuple[int, int, int]]
+        self, rows: list[DecodeRow], hidden: Any, requests: list[tuple[int, int, int]]
     ) -> list[list[tuple]]:
         """Greedy choice, with candidate logits, at every requested position: ``(token, candidates, state)``.
 
@@ -394,7 +314,7 @@ class ConstrainedDecoder:
             ids = self._token_sets[tokens] = to_device(list(tokens), self.device)
         return ids
 
-    def _accept(self, row: _Row, choices: list[tuple]) -> None:
+    def _accept(self, row: DecodeRow, choices: list[tuple]) -> None:
         """Keep the draft's longest prefix that equals the greedy choices, then take the next greedy token."""
         accepted = 0
         while accepted < len(row.draft) and choices[accepted][0] == row.draft[accepted]:
@@ -431,7 +351,7 @@ class ConstrainedDecoder:
                 f"answer unfinished at the call deadline (call_deadline_s={self.options.call_deadline_s})"
             )
 
-    def _record(self, row: _Row, token: int, candidates: dict[bytes, float], state: int) -> None:
+    def _record(self, row: DecodeRow, token: int, candidates: dict[bytes, float], state: int) -> None:
         """Append a chosen token; track which label it starts or spells (for drafts and counts)."""
         self.stats.answer_tokens += 1
         self.stats.forced_tokens += len(candidates) == 1
@@ -451,7 +371,7 @@ class ConstrainedDecoder:
         if row.spelled >= len(row.last_word):
             row.label_tokens[row.last_word] = row.spelling
 
-    def _jump_forward(self, row: _Row) -> None:
+    def _jump_forward(self, row: DecodeRow) -> None:
         """Append every forced token (the regex allows exactly one) to the pending tokens, no model step."""
         automaton = row.automaton
         while not automaton.finished(row.state) and len(row.generated) < row.call.max_tokens:
@@ -462,7 +382,7 @@ class ConstrainedDecoder:
             row.pending.append(tokens[0])
             row.state = automaton.advance(row.state, tokens[0])
 
-    def _build_draft(self, row: _Row) -> None:
+    def _build_draft(self, row: DecodeRow) -> None:
         """Draft the answer ahead: guessed labels spelled as the model spelled them, forced tokens between."""
         row.draft, row.draft_states = [], []
         if self.options.speculation == "none" or row.fed == 0:
@@ -496,7 +416,7 @@ class ConstrainedDecoder:
             break
         row.draft_end_state = state
 
-    def _answer(self, row: _Row) -> LMAnswer:
+    def _answer(self, row: DecodeRow) -> LMAnswer:
         table = self.vocabulary.token_bytes
         tokens = [token for token in row.generated if token not in self.vocabulary.stop_ids]
         chosen = [table[token] or b"" for token in tokens]

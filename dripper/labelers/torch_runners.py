@@ -9,12 +9,10 @@ sequence at a time. torch and transformers are imported when a runner is built.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dripper.labelers.lm_common import install_hint
-
-if TYPE_CHECKING:
-    from dripper.labelers.torch_decoder import EngineOptions, _Row
+from dripper.labelers.torch_options import DecodeRow, EngineOptions
 
 
 class SlotRunner:
@@ -66,7 +64,7 @@ class SlotRunner:
         self.keys: list[Any] = []
         self.values: list[Any] = []
 
-    def groups(self, rows: list[_Row], options: EngineOptions) -> Iterator[list[_Row]]:
+    def groups(self, rows: list[DecodeRow], options: EngineOptions) -> Iterator[list[DecodeRow]]:
         """Rows (longest first) in groups of similar need, each with a cache sized for it."""
         capacity = options.kv_cache_tokens or self._default_capacity()
         start = 0
@@ -329,7 +327,7 @@ class SequentialRunner:
         self.caches: dict[int, Any] = {}
         self.device = next(model.parameters()).device
 
-    def groups(self, rows: list[_Row], options: EngineOptions) -> Iterator[list[_Row]]:
+    def groups(self, rows: list[DecodeRow], options: EngineOptions) -> Iterator[list[DecodeRow]]:
         for row in rows:
             yield [row]
 

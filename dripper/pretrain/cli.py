@@ -72,6 +72,20 @@ def _add_train_options(parser: argparse.ArgumentParser) -> None:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default)
         elif field.name == "seq_length":
             parser.add_argument(flag, type=int, default=None, help="context length (default: the preset's)")
+        elif field.name == "train_tokens":
+            parser.add_argument(
+                flag,
+                type=int,
+                default=None,
+                help="a token budget: the steps become ceil(tokens / (global batch x seq length))",
+            )
+        elif field.name == "data_token_limit":
+            parser.add_argument(
+                flag,
+                type=int,
+                default=None,
+                help="train on a seeded random subset of the data's documents of at most N tokens",
+            )
         elif field.name == "exit_at_step":
             parser.add_argument(
                 flag, type=int, default=None, help="stop after this step (checkpointed); resume later"

@@ -156,6 +156,10 @@ class TrainConfig:
         global_batch_size: Sequences per optimizer step over all data-parallel ranks; a multiple of
             ``micro_batch_size * data_parallel_size`` (the rest is gradient accumulation).
         train_steps: Optimizer steps in total (a resumed run continues up to this number).
+        train_tokens: A token budget instead: ``train_steps`` becomes ``ceil(train_tokens / (global_batch_size
+            × seq_length))`` (the run trains on that many steps' tokens, at least the budget).
+        data_token_limit: Train on a seeded random subset of the data's documents holding at most this many
+            tokens (the ablation's ``equalize_corpora``; the subset is the same for every ``seed``).
         lr, min_lr, warmup_steps: Linear warm-up to ``lr``, then cosine decay to ``min_lr`` at ``train_steps``.
         weight_decay, adam_beta1, adam_beta2, adam_eps, grad_clip: AdamW and gradient clipping.
         seed: Seed of the weight initialisation and of the dataset shuffling.
@@ -179,7 +183,9 @@ class TrainConfig:
     seq_length: int | None = None
     micro_batch_size: int = 4
     global_batch_size: int = 4
-    train_steps: int = PretrainStageConfig.default("train_steps")
+    train_steps: int = 20
+    train_tokens: int | None = None
+    data_token_limit: int | None = None
     lr: float = 3e-3
     min_lr: float = 3e-4
     warmup_steps: int = 2
@@ -212,6 +218,14 @@ class TrainConfig:
                 f"{len(self.data_weights)} --data-weights for {len(self.data)} --data entries; give one each"
             )
         get_model_config(self.model)
+        for name in ("train_tokens", "data_token_limit"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)}: must be at least 1")
+        if self.data_token_limit is not None and self.data_weights is not None:
+            raise ValueError("--data-token-limit cuts one corpus: give no --data-weights with it")
+        if self.train_tokens is not None:
+            per_step = self.global_batch_size * self.model_config().seq_length
+            self.train_steps = max(1, math.ceil(self.train_tokens / per_step))
         for name in (
             "micro_batch_size",
             "global_batch_size",

@@ -129,6 +129,64 @@ def resolve_blend(
     return prefixes, [w / total_weight for w in expanded]
 
 
+def subset_corpus(
+    prefixes: Sequence[str], max_tokens: int, out_prefix: Path | str, seed: int = 0
+) -> dict[str, Any]:
+    """Write a seeded random subset of the documents of ``prefixes`` holding at most ``max_tokens`` tokens
+    as one indexed dataset ``out_prefix`` (documents in their original order).
+
+    Documents are drawn in a random order (``seed``, fixed across training seeds, so every run of an arm
+    trains on the same unique text) and kept while they fit. When the data holds no more than
+    ``max_tokens``, nothing is written. An existing subset written with the same inputs is reused (a resumed
+    run). Returns ``{"prefix", "tokens", "documents", "corpus_tokens", "corpus_documents"}``; ``prefix`` is
+    ``None`` when the data is kept whole.
+    """
+    import json
+
+    from megatron.core.datasets.indexed_dataset import IndexedDataset, IndexedDatasetBuilder
+
+    out_prefix = Path(out_prefix)
+    datasets = [IndexedDataset(prefix) for prefix in prefixes]
+    lengths = [np.asarray(d.sequence_lengths, dtype=np.int64) for d in datasets]
+    corpus_tokens = int(sum(int(length.sum()) for length in lengths))
+    corpus_documents = int(sum(len(length) for length in lengths))
+    whole = {"prefix": None, "tokens": corpus_tokens, "documents": corpus_documents,
+             "corpus_tokens": corpus_tokens, "corpus_documents": corpus_documents}  # fmt: skip
+    if corpus_tokens <= max_tokens:
+        return whole
+    meta_path = out_prefix.with_suffix(".json")
+    key = {"prefixes": [str(p) for p in prefixes], "max_tokens": int(max_tokens), "seed": int(seed),
+           "corpus_tokens": corpus_tokens}  # fmt: skip
+    if meta_path.exists() and Path(f"{out_prefix}.idx").exists():
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        if meta.get("key") == key:
+            return meta["result"]
+    documents = [(i, j) for i, length in enumerate(lengths) for j in range(len(length))]
+    order = np.random.default_rng(seed).permutation(len(documents))
+    chosen, total = [], 0
+    for index in order:
+        i, j = documents[index]
+        size = int(lengths[i][j])
+        if total + size <= max_tokens:
+            chosen.append((i, j))
+            total += size
+    if not chosen:
+        raise ValueError(f"--data-token-limit {max_tokens}: smaller than every document of the data")
+    out_prefix.parent.mkdir(parents=True, exist_ok=True)
+    dtype = max((d.index.dtype for d in datasets), key=lambda t: np.dtype(t).itemsize)
+    builder = IndexedDatasetBuilder(f"{out_prefix}.bin", dtype=dtype)
+    for i, j in sorted(chosen):
+        builder.add_document(
+            torch.from_numpy(np.asarray(datasets[i][j], dtype=np.int64)), [int(lengths[i][j])]
+        )
+    builder.finalize(f"{out_prefix}.idx")
+    result = {"prefix": str(out_prefix), "tokens": total, "documents": len(chosen),
+              "corpus_tokens": corpus_tokens, "corpus_documents": corpus_documents}  # fmt: skip
+    meta_path.write_text(json.dumps({"key": key, "result": result}, indent=1), encoding="utf-8")
+    del datasets
+    return result
+
+
 def build_gpt_dataset(
     prefixes: Sequence[str],
     weights: Sequence[float] | None,

@@ -287,19 +287,26 @@ def train(config: TrainConfig) -> TrainResult:
         meta = ckpt.load_checkpoint(latest, model, optimizer)
         start_step, consumed = meta.step, meta.consumed_samples
         logger.info("resuming from %s (step %d)", latest, start_step)
+    prefixes, weights = resolve_blend(config.data, config.data_weights)
+    data = training_data(prefixes, config, out_dir, state.rank)
+    if data["prefix"]:
+        prefixes = [data["prefix"]]
     if state.rank == 0:
         _truncate_log(log_path, start_step)
         run = {
             "train": config.to_json(),
             "model": model_config_to_json(model_config),
             "parallel": _parallel(state),
+            "data": {
+                **data,
+                "train_tokens": config.train_steps * config.global_batch_size * model_config.seq_length,
+            },
         }
         (out_dir / RUN_FILE).write_text(dumps(run), encoding="utf-8")
     result = TrainResult(out_dir=out_dir, start_step=start_step, final_step=start_step, checkpoint=latest)
     if start_step >= min(config.train_steps, config.exit_at_step or config.train_steps):
         return result
 
-    prefixes, weights = resolve_blend(config.data, config.data_weights)
     dataset = build_gpt_dataset(
         prefixes,
         weights,
@@ -387,6 +394,26 @@ def train(config: TrainConfig) -> TrainResult:
     if timed_seconds > 0:
         result.tokens_per_second = timed_tokens / timed_seconds
     return result
+
+
+def training_data(prefixes: list[str], config: TrainConfig, out_dir: Path, rank: int) -> dict[str, Any]:
+    """The unique text the run trains on: the whole data, or (``data_token_limit``) the subset rank 0 writes
+    to ``{out_dir}/data_subset/corpus`` (:func:`dripper.pretrain.data.subset_corpus`, seed 0 for every
+    training seed). Returns its ``prefix`` (``None``: the whole data), ``tokens`` and the whole data's
+    ``corpus_tokens``."""
+    from dripper.pretrain.data import count_tokens, subset_corpus
+
+    if config.data_token_limit is None:
+        tokens = sum(count_tokens(prefix) for prefix in prefixes)
+        return {"prefix": None, "tokens": tokens, "corpus_tokens": tokens}
+    target = out_dir / "data_subset" / "corpus"
+    if rank == 0:
+        data = subset_corpus(prefixes, config.data_token_limit, target)
+    if torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
+        torch.distributed.barrier()
+    if rank != 0:
+        data = subset_corpus(prefixes, config.data_token_limit, target)  # reads back rank 0's subset
+    return data
 
 
 def _parallel(state: ParallelState) -> dict[str, int]:

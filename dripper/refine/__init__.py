@@ -19,6 +19,7 @@ _EXPORTS = {
     "RefineConfig": "steps",
     "StepSpec": "steps",
     "C4QualityConfig": "steps",
+    "DecontaminateConfig": "steps",
     "FineWebQualityConfig": "steps",
     "GopherQualityConfig": "steps",
     "GopherRepetitionConfig": "steps",

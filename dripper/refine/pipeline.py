@@ -19,7 +19,9 @@ tasks the algorithm needs (MinHash buckets, clustering):
 
 1. ``url_signatures``, ``url_duplicates`` (with ``url_dedup``): datatrove's exact dedup on the URL key;
 2. ``filter``: read → URL dedup filter → language → Gopher repetition → Gopher quality → C4 → FineWeb →
-   the filtered documents (or, without MinHash, straight on to PII, corpus and tokens);
+   decontamination (its n-gram index of the evaluation suite's items is built first, in
+   ``refine/work/decont_index/``) → the filtered documents (or, without MinHash, straight on to PII, corpus
+   and tokens); the user's own steps (``custom_steps``) sit after the step each names;
 3. ``minhash_signatures``, ``minhash_buckets``, ``minhash_clusters`` (with ``minhash``);
 4. ``finalize``: read the filtered documents → MinHash filter → PII → corpus writer → Megatron tokens.
 
@@ -331,8 +333,9 @@ def build_passes(
     def audit(step: str) -> AuditPoint:
         # Counting in batches is faster (encode_batch), but a batch between two word-level steps would evict
         # the words the first tokenized from datatrove's 5-text cache before the second reads them: batch
-        # only where texts are new (the input, after steps that rewrite them).
-        new_texts = step == "input" or step_configs.step_spec(step).rewrites_text
+        # only where texts are new (the input, after steps that rewrite them, after a user's step).
+        builtin = step in step_configs.STEP_REGISTRY
+        new_texts = step == "input" or not builtin or step_configs.step_spec(step).rewrites_text
         return AuditPoint(step, audit_tokenizer, batch_size=64 if new_texts else 1)
 
     pipeline: list[Any] = [reader(exclusions("input")), audit("input")]
@@ -342,18 +345,42 @@ def build_passes(
         pipeline.extend([block, audit(step)])
         roles.extend([f"step:{step}", f"audit:{step}"])
 
+    def add_custom(place: str) -> None:
+        """The user's steps placed after ``place``; a filter without an exclusion writer gets one."""
+        from datatrove.pipeline.filters.base_filter import BaseFilter
+
+        for custom in config.custom_after(place):
+            block = step_configs.build_custom_step(custom)
+            if isinstance(block, BaseFilter) and getattr(block, "exclusion_writer", None) is None:
+                block.exclusion_writer = exclusions(custom["name"])
+            add(custom["name"], block)
+
+    add_custom("input")
     if url_config is not None:
         add(
             "url_dedup",
             ExactDedupFilter(folder(duplicates), url_config, exclusion_writer=exclusions("url_dedup")),
         )
+    add_custom("url_dedup")
     for step in ("language", "gopher_repetition", "gopher_quality", "c4_quality", "fineweb_quality"):
         if config.enabled(step):
             add(step, step_configs.build_step(step, config, exclusions(step)))
+        add_custom(step)
+    if config.enabled("decontaminate"):
+        from dripper.refine.decontaminate import build_decont_filter
+
+        index = folder(layout.work("decont_index"))
+        decont = build_decont_filter(
+            config.decontaminate, index, exclusions("decontaminate"), config.quality_language
+        )
+        add("decontaminate", decont)
+    add_custom("decontaminate")
 
     def finish() -> None:
+        add_custom("minhash")
         if config.enabled("pii"):
             add("pii", step_configs.build_step("pii", config))
+        add_custom("pii")
         pipeline.append(_corpus_writer(folder(join_path(layout.output_root, CORPUS_STAGE)), config))
         roles.append("write:corpus")
         if config.enabled("tokenize"):
@@ -576,6 +603,13 @@ def _prepare(
         from dripper.refine.tokenize import check_tokenizer
 
         tokenizer_info = check_tokenizer(config.tokenize.tokenizer, config.tokenize.eos_token)
+    decontamination = None
+    if config.enabled("decontaminate"):
+        from dripper.refine.decontaminate import build_decont_index
+
+        index = _datafolder(layout.work("decont_index"), storage_options)
+        decontamination = build_decont_index(config.decontaminate, index, config.quality_language)
+        decontamination["mode"] = config.decontaminate.mode
     plan_path = posixpath.join(out, REFINE_DIR, PLAN_NAME)
     previous = _read_json(fs, plan_path)
     available = _input_files(layout, storage_options)
@@ -603,7 +637,8 @@ def _prepare(
         "input_root": layout.input_root,
         "output_root": layout.output_root,
         "inputs": files,
-        "steps": list(config.steps),
+        "steps": config.pipeline_steps(),
+        "decontamination": decontamination,
         "config": config.to_dict(),
         "computing_config": _computing_config(config),
         "token_unit": f"tokenizer:{tokenizer_info['tokenizer']}" if tokenizer_info else "whitespace_words",

@@ -15,6 +15,8 @@ gopher_quality      Gopher quality rules (word counts, symbol ratios, stop words
 c4_quality          C4 line and document rules (as FineWeb runs them: terminal punctuation off);   yes
                     rewrites the text without the dropped lines
 fineweb_quality     FineWeb's line-punctuation, short-line, duplicate-character, list-ratio rules  yes
+decontaminate       removes documents (or their lines) sharing an n-gram (13) with an item of the  yes
+                    evaluation suite (:mod:`dripper.refine.decontaminate`)
 minhash             near-duplicate removal, datatrove's 4-stage MinHash                            yes
 pii                 replaces e-mail addresses and public IP addresses                              no
 tokenize            Megatron ``.bin/.idx`` with a tokenizer from a local path                      no
@@ -24,6 +26,10 @@ The word-level filters (Gopher, C4, FineWeb) and MinHash split words with datatr
 ``quality_language``; for English that is spaCy's blank tokenizer, which needs no download (datatrove's
 NLTK tokenizers would fetch data at run time), read through the Markdown syntax (``markdown_words``). They
 are tuned for that one language, as in FineWeb: keep ``language.languages`` to it.
+
+A user's own datatrove steps join by ``module:factory`` (:attr:`RefineConfig.custom_steps`, see
+:class:`dripper.config.refine.CustomStep`): built and checked when the config is made, placed after the step
+they name, counted in the funnel like the built-in ones.
 
 Configs come from Python or from a JSON-like dict (Airflow params, CLI ``--config``) through
 :meth:`RefineConfig.from_dict`, which rejects unknown names with a "did you mean".
@@ -46,6 +52,7 @@ __all__ = [
     "STEP_ORDER",
     "STEP_REGISTRY",
     "C4QualityConfig",
+    "DecontaminateConfig",
     "FineWebQualityConfig",
     "GopherQualityConfig",
     "GopherRepetitionConfig",
@@ -56,6 +63,7 @@ __all__ = [
     "StepSpec",
     "TokenizeConfig",
     "UrlDedupConfig",
+    "build_custom_step",
     "build_step",
     "normalize_url",
     "quality_words",
@@ -212,6 +220,40 @@ class PiiConfig:
     )
 
 
+DECONT_MODES = ("documents", "spans")
+
+
+@dataclass(frozen=True)
+class DecontaminateConfig:
+    """``decontaminate``: drop what shares an n-gram with the evaluation suite's own items.
+
+    Attributes:
+        suite: The suite whose items lm-eval scores (``local``, ``paper13``, a suite file).
+        n: N-gram length in words (13: GPT-3's choice).
+        mode: ``documents`` drops a document holding a matching n-gram; ``spans`` drops its lines that
+            hold one (a document left empty is dropped).
+        query_ngrams: Also match n-grams of the question alone (GPT-3 matched the whole item), not only those
+            reaching into the answer (datatrove's default).
+        fixtures: A fixture manifest serving the suite's data offline (``dripper.eval.lm_suite``).
+        skip_unavailable: Index the benchmarks whose data is at hand and record the others as not
+            decontaminated, instead of failing.
+    """
+
+    suite: str = "local"
+    n: int = 13
+    mode: str = "documents"
+    query_ngrams: bool = True
+    fixtures: str | None = None
+    skip_unavailable: bool = False
+
+    def __post_init__(self) -> None:
+        _check(self.n >= 5, f"decontaminate.n must be >= 5 words, got {self.n}")
+        _check(
+            self.mode in DECONT_MODES, f"decontaminate.mode must be one of {DECONT_MODES}, got {self.mode!r}"
+        )
+        _check(bool(self.suite), "decontaminate.suite must name a suite (local, paper13 or a suite file)")
+
+
 @dataclass(frozen=True)
 class TokenizeConfig:
     """``tokenize``: Megatron indexed datasets, one ``part-NNNNN.bin/.idx`` per task.
@@ -266,6 +308,14 @@ STEP_REGISTRY: dict[str, StepSpec] = {
             "c4_quality", C4QualityConfig, "filter", True, "C4 line and document rules", rewrites_text=True
         ),
         StepSpec("fineweb_quality", FineWebQualityConfig, "filter", True, "FineWeb quality rules"),
+        StepSpec(
+            "decontaminate",
+            DecontaminateConfig,
+            "filter",
+            True,
+            "benchmark n-gram decontamination",
+            rewrites_text=True,
+        ),
         StepSpec("minhash", MinhashConfig, "dedup", True, "MinHash near-duplicate removal"),
         StepSpec(
             "pii", PiiConfig, "formatter", False, "e-mail and IP address replacement", rewrites_text=True
@@ -311,6 +361,9 @@ class RefineConfig:
         skip_completed: Resume: tasks with a datatrove completion marker are not run again.
         crawl: Crawl id written to every document; by default parsed from the WARC path
             (``crawl-data/CC-MAIN-2025-13/…``).
+        custom_steps: The user's datatrove steps (:class:`dripper.config.refine.CustomStep` entries:
+            ``factory``, ``options``, ``after``, ``name``), each built once here to check it is a datatrove
+            ``PipelineStep``.
     """
 
     steps: tuple[str, ...] = DEFAULT_STEPS
@@ -332,9 +385,11 @@ class RefineConfig:
     gopher_quality: GopherQualityConfig = field(default_factory=GopherQualityConfig)
     c4_quality: C4QualityConfig = field(default_factory=C4QualityConfig)
     fineweb_quality: FineWebQualityConfig = field(default_factory=FineWebQualityConfig)
+    decontaminate: DecontaminateConfig = field(default_factory=DecontaminateConfig)
     minhash: MinhashConfig = field(default_factory=MinhashConfig)
     pii: PiiConfig = field(default_factory=PiiConfig)
     tokenize: TokenizeConfig = field(default_factory=TokenizeConfig)
+    custom_steps: tuple[Mapping[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         steps = _names(self.steps) if isinstance(self.steps, str) else tuple(self.steps)
@@ -352,6 +407,10 @@ class RefineConfig:
             f"output_format must be one of {OUTPUT_FORMATS}, got {self.output_format!r}",
         )
         _check(bool(self.text_column), "text_column must name a column of the extracted shards")
+        custom = tuple(step.model_dump() for step in _checked_custom_steps(self.custom_steps))
+        object.__setattr__(self, "custom_steps", custom)
+        for step in custom:
+            build_custom_step(step)  # imports the factory and builds the step once: a bad one fails here
         if "tokenize" in self.steps and not self.tokenize.tokenizer:
             raise ValueError(
                 "step 'tokenize' needs tokenize.tokenizer: a tokenizer.json or a folder holding one "
@@ -362,6 +421,19 @@ class RefineConfig:
         """Whether step ``name`` runs."""
         step_spec(name)
         return name in self.steps
+
+    def custom_after(self, place: str) -> list[Mapping[str, Any]]:
+        """The user's steps placed after ``place`` (``input`` or a step name), in the order given."""
+        return [step for step in self.custom_steps if step["after"] == place]
+
+    def pipeline_steps(self) -> list[str]:
+        """Every step that runs, built-in and the user's, in pipeline order (``tokenize`` last)."""
+        order = [step["name"] for step in self.custom_after("input")]
+        for name in STEP_ORDER:
+            if name in self.steps:
+                order.append(name)
+            order.extend(step["name"] for step in self.custom_after(name))
+        return order
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (tuples as lists) that :meth:`from_dict` reads back."""
@@ -520,6 +592,47 @@ def _pii_formatter(config: PiiConfig) -> Any:
     )
 
 
+def _checked_custom_steps(steps: Any) -> list[Any]:
+    from dripper.config.refine import check_custom_steps
+
+    return check_custom_steps([dict(step) if isinstance(step, Mapping) else step for step in steps or ()])
+
+
+def build_custom_step(step: Mapping[str, Any]) -> Any:
+    """A user's datatrove step: ``factory(**options)``, which must be a datatrove ``PipelineStep``.
+
+    Raises:
+        ValueError: the factory does not import, does not take the options, or builds something else.
+    """
+    import importlib
+    import inspect
+
+    from datatrove.pipeline.base import PipelineStep
+
+    name, target = step["name"], step["factory"]
+    module_name, _, attribute = target.partition(":")
+    try:
+        factory: Any = importlib.import_module(module_name)
+        for part in attribute.split("."):
+            factory = getattr(factory, part)
+    except (ImportError, AttributeError) as error:
+        raise ValueError(f"custom step {name!r}: cannot import {target!r} ({error})") from None
+    options = dict(step.get("options") or {})
+    try:
+        inspect.signature(factory).bind(**options)
+    except TypeError as error:
+        raise ValueError(f"custom step {name!r}: {target} does not take these options ({error})") from None
+    except ValueError:  # no signature (a builtin): let the call say
+        pass
+    built = factory(**options)
+    if not isinstance(built, PipelineStep):
+        raise ValueError(
+            f"custom step {name!r}: {target} built a {type(built).__name__}, not a datatrove PipelineStep "
+            "(subclass datatrove.pipeline.base.PipelineStep, or a filter of BaseFilter)"
+        )
+    return built
+
+
 # -- helpers -----------------------------------------------------------------------------------------------
 
 
@@ -565,6 +678,8 @@ def _from_dict(cls: type, data: dict[str, Any], where: str) -> Any:
             value = _from_dict(_NESTED[name], dict(value), f"{where}.{name}")
         elif name == "executor_options":
             value = dict(value or {})
+        elif name == "custom_steps":
+            value = tuple(value or ())
         else:
             value = _tuples(value)  # JSON lists are the configs' tuples
         values[name] = value

@@ -6,9 +6,11 @@ Three records, all under ``{output_root}/refine/``:
   ``filter_reason``), written by datatrove's exclusion writers as the filters run;
 - ``stats/{phase}.json``: datatrove's per-step statistics of each pass, merged over its tasks (from the
   per-task ``logs/{phase}/stats/NNNNN.json``, so a resumed run counts the tasks of earlier invocations too);
-- ``_summary.json``: the roll-up (:func:`summarize_refine`), with, for every step in order, documents and
-  tokens in and out, drops by reason and seconds, overall and per extractor (the extracted rows'
-  ``extractor``: ``dripper:<labeler>``, the fallback's name, ``none``).
+- ``_summary.json``: the roll-up (:func:`summarize_refine`), with, for every step in order (the user's
+  steps included), documents and tokens in and out, drops by reason and seconds, overall and per extractor
+  (the extracted rows' ``extractor``: ``dripper:<labeler>``, ``fineweb``, the fallback's name, ``none``),
+  and, with ``decontaminate``, ``decontamination``: per benchmark of the suite its items, n-grams and the
+  documents removed (or cut, in spans mode).
 
 The per-extractor counts come from :class:`AuditPoint` steps that the pipeline puts after its reader and
 after every step: each counts the documents and tokens passing through it by extractor, in datatrove's
@@ -290,6 +292,11 @@ def build_summary(plan: dict[str, Any], phase_stats: dict[str, list[dict] | None
             by_extractor.setdefault(extractor, []).append({"step": row["step"], **counts})
     final = steps_rows[-2] if steps_rows[-1]["step"] == "tokenize" else steps_rows[-1]
     timing = {k: round(v, 3) for k, v in sorted(seconds.items()) if v}
+    extra = {}
+    if plan.get("decontamination") and "decontaminate" in plan["steps"]:
+        extra["decontamination"] = _decontamination(
+            plan["decontamination"], roles.get("step:decontaminate", [])
+        )
     return {
         "steps": steps_rows,
         "by_extractor": by_extractor,
@@ -300,6 +307,31 @@ def build_summary(plan: dict[str, Any], phase_stats: dict[str, list[dict] | None
         "dropped": {row["step"]: row["dropped"] for row in steps_rows if row.get("dropped")},
         "balanced": all(row["balanced"] for row in steps_rows),
         "timing_seconds": timing,
+        **extra,
+    }
+
+
+def _decontamination(index: dict[str, Any], stats: list[dict]) -> dict[str, Any]:
+    """What the ``decontaminate`` step removed per benchmark (its stats) beside what it matched against (the
+    index manifest: items and n-grams per benchmark, benchmarks left out for want of data)."""
+    totals: Counter = Counter()
+    for stat in stats:
+        totals.update({key: int(value) for key, value in _totals(stat).items()})
+    removed = _by_prefix(totals, "contaminated_")
+    cut = _by_prefix(totals, "spans_")
+    benchmarks = {
+        name: {**counts, "documents_removed": removed[name], "documents_cut": cut[name]}
+        for name, counts in index.get("benchmarks", {}).items()
+    }
+    return {
+        "suite": index.get("suite"),
+        "n": index.get("n"),
+        "mode": index.get("mode"),
+        "benchmarks": benchmarks,
+        "unavailable": index.get("unavailable") or {},
+        "documents_removed": sum(row["documents_removed"] for row in benchmarks.values()),
+        "documents_cut": sum(row["documents_cut"] for row in benchmarks.values()),
+        "lines_removed": int(totals.get("lines_removed", 0)),
     }
 
 

@@ -129,7 +129,7 @@ def record_simplify_batches(
 #: The refinement summary's counts that the refine stage returns.
 _REFINE_COUNTS = (
     "documents_in", "documents_out", "tokens_in", "tokens_out", "token_unit", "dropped", "balanced",
-    "complete", "wall_seconds",
+    "complete", "wall_seconds", "decontamination",
 )  # fmt: skip
 
 

@@ -30,6 +30,7 @@ __all__ = [
     "pretrain_result",
     "store_extraction_benchmark",
     "suite_arguments",
+    "training_plan",
     "write_report_manifest",
 ]
 
@@ -92,9 +93,19 @@ class PretrainJob:
     launcher: list[str] | None
 
 
-def pretrain_job(stage: Any, root: str, tokens: str, tokenizer: str, run: str | None = None) -> PretrainJob:
-    """The training run ``run`` (default ``{model}-{steps}steps``) of ``stage`` (a ``PretrainStageConfig``)
-    on ``tokens`` in ``{root}/pretrain/{run}``, every checkpoint exported to its ``hf-checkpoints/``.
+def pretrain_job(
+    stage: Any,
+    root: str,
+    tokens: str,
+    tokenizer: str,
+    run: str | None = None,
+    seed: int | None = None,
+    data_token_limit: int | None = None,
+) -> PretrainJob:
+    """The training run ``run`` (default ``{model}-{budget}-seed{seed}``) of ``stage`` (a
+    ``PretrainStageConfig``) with ``seed`` (default: its first) on ``tokens`` in ``{root}/pretrain/{run}``,
+    every checkpoint exported to its ``hf-checkpoints/``; ``data_token_limit`` cuts the corpus
+    (:func:`training_plan`).
 
     ``tokenizer``: a ``tokenizer.json`` or its folder (the training CLI wants the folder).
     """
@@ -102,25 +113,61 @@ def pretrain_job(stage: Any, root: str, tokens: str, tokenizer: str, run: str | 
     from dripper.layout import ExtractorLayout
 
     folder = ExtractorLayout(root)
-    run = str(run or default_train_run(stage.model, stage.train_steps))
+    seed = stage.seeds[0] if seed is None else int(seed)
+    run = str(run or default_train_run(stage.model, stage.budget, seed))
     tokenizer = os.path.dirname(tokenizer) if os.path.isfile(tokenizer) else tokenizer
     run_dir, hf_root = folder.pretrain(run), folder.hf_checkpoints(run)
     return PretrainJob(
         root=root,
         run_dir=run_dir,
         hf_root=hf_root,
-        train=stage.train_arguments(run_dir, tokens, tokenizer),
+        train=stage.train_arguments(run_dir, tokens, tokenizer, seed, data_token_limit),
         export=stage.export_arguments(run_dir, hf_root),
         launcher=stage.launcher(),
     )
+
+
+def training_plan(stage: Any, arms: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One training run per arm and seed of ``stage`` (a ``PretrainStageConfig``), in arm order.
+
+    ``arms``: the tokenize stage's results (``root``, ``tokens``, ``token_count``). With
+    ``equalize_corpora`` every run gets ``data_token_limit``, the smallest arm's tokens (an arm at that
+    size trains on all of it). Returns ``[{"root", "tokens", "seed", "data_token_limit", "corpus_tokens"}]``.
+    """
+    arms = [dict(arm) for arm in arms]
+    if not arms:
+        raise ValueError("no tokenized corpus to train on")
+    limit = None
+    if stage.equalize_corpora:
+        counts = [arm.get("token_count") for arm in arms]
+        if any(count is None for count in counts):
+            raise ValueError("equalize_corpora needs every arm's token_count (the tokenize stage's result)")
+        limit = int(min(counts))
+        if limit < 1:
+            raise ValueError(
+                f"equalize_corpora: the smallest corpus holds {limit} tokens; nothing to train on"
+            )
+    return [
+        {
+            "root": arm["root"],
+            "tokens": arm["tokens"],
+            "seed": int(seed),
+            "data_token_limit": limit,
+            "corpus_tokens": arm.get("token_count"),
+        }
+        for arm in arms
+        for seed in stage.seeds
+    ]
 
 
 def pretrain_result(job: PretrainJob, train: Any, export: dict[str, Any] | None) -> dict[str, Any]:
     """What the pretrain task returns: the run, its exported checkpoints (the last as ``hf_dir``) and the
     jobs' own results."""
     checkpoints = [item["out"] for item in (export or {}).get("checkpoints") or []]
+    seed = job.train[job.train.index("--seed") + 1] if "--seed" in job.train else None
     return {
         "run_dir": job.run_dir,
+        "seed": int(seed) if seed is not None else None,
         "hf_dir": checkpoints[-1] if checkpoints else job.hf_root,
         "checkpoints": checkpoints,
         "root": job.root,
@@ -166,12 +213,15 @@ def suite_arguments(
     limit: Any = None,
     fixtures: Any = None,
     extra: Sequence[Any] = (),
+    reference: Any = None,
 ) -> list[Any]:
-    """``python -m dripper.eval.lm_suite`` flags scoring each model folder into ``out_dir/{folder name}.json``."""
+    """``python -m dripper.eval.lm_suite`` flags scoring each model folder into ``out_dir/{folder name}.json``
+    (with ``reference``, each checkpoint's loss on that held-out text too)."""
     return [
         "--model-dir", *models, "--suite", suite, "--out-dir", out_dir, "--device", device,
         *(["--limit", limit] if limit not in (None, "") else []),
         *(["--fixtures", fixtures] if fixtures not in (None, "") else []),
+        *(["--reference", reference] if reference not in (None, "") else []),
         *(extra or []),
     ]  # fmt: skip
 

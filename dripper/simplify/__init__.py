@@ -89,11 +89,13 @@ def _as_item(
 ) -> etree._Element | None:
     """The item tree as upstream's parser round trip leaves it (``None`` where upstream drops the item).
 
-    The round trip is the identity for a subtree of a libxml2-parsed document except in two cases: an item
-    rooted at ``<body>``/``<html>`` does not survive it, and an empty non-inline element, serialised as
-    ``<li/>``, can swallow its following siblings. Only such items are round-tripped unless ``exact``
-    asks for all (the conformance tests check that both give the same output). ``has_empty_container``
-    is that second condition when already known (:class:`EmptyContainers`), else it is looked up.
+    The round trip is the identity for a subtree of a libxml2-parsed document except where: an item
+    rooted at ``<body>``/``<html>`` does not survive it; an empty non-inline element, serialised as
+    ``<li/>``, can swallow its following siblings; a raw-text element's text is escaped once more; the
+    removal of a hidden element left text where the parser would not (see :class:`EmptyContainers`). Only
+    such items are round-tripped unless ``exact`` asks for all (the conformance tests check that both give
+    the same output). ``has_empty_container`` says whether the item is of the last three kinds when already
+    known (:class:`EmptyContainers`), else only the empty containers are looked up.
     """
     if has_empty_container is None:
         has_empty_container = _has_empty_container(tree)
@@ -118,19 +120,26 @@ def _has_empty_container(tree: etree._Element) -> bool:
     return any(_is_empty_container(element) for element in _CHILDLESS(tree))
 
 
-class EmptyContainers:
-    """Which subtrees of the processing DOM hold an empty non-inline element, found once per page.
+# libxml2 (2.14, as the HTML5 tokenizer) reads these as raw text, so their text (markup as text, escaped
+# once in the tree's markup) is escaped once more by upstream's round trip: ``&amp;lt;a&amp;gt;``.
+_RAW_TEXT_TAGS = ("noframes", "noembed", "xmp", "plaintext")
 
-    An item copied from such a subtree needs upstream's round trip; asking once for the whole page instead
-    of once per item saves an XPath evaluation per item.
+
+class EmptyContainers:
+    """Which subtrees of the processing DOM need upstream's round trip, found once per page.
+
+    Those holding an empty non-inline element, a raw-text element (:data:`_RAW_TEXT_TAGS`), or a void
+    element that took the tail of a removed hidden one as its text (``tail_receivers``, see
+    :func:`clean_processing_dom`). An item copied from such a subtree needs the round trip; asking once
+    for the whole page instead of once per item saves an XPath evaluation per item.
     """
 
-    def __init__(self, processing: etree._Element) -> None:
+    def __init__(self, processing: etree._Element, tail_receivers: list[etree._Element] | tuple = ()) -> None:
         self._holding: set[etree._Element] = set()
         # No child node at all: the processing DOM stores no text as None, never as ''.
-        for element in _EMPTY_ELEMENTS(processing):
-            if not _is_empty_container(element):
-                continue
+        empty = (element for element in _EMPTY_ELEMENTS(processing) if _is_empty_container(element))
+        # (lxml answers a tag the document never names at once, without walking the tree.)
+        for element in (*empty, *processing.iter(*_RAW_TEXT_TAGS), *tail_receivers):
             node = element
             while node is not None and node not in self._holding:
                 self._holding.add(node)
@@ -203,8 +212,8 @@ def simplify_html(
     markup, names_lowercased = repair_html(html)
     original = parse_document(markup)
     processing, counterpart = processing_copy(original)
-    hidden_removed = clean_processing_dom(processing)
-    empty_containers = EmptyContainers(processing)
+    hidden_removed, tail_receivers = clean_processing_dom(processing)
+    empty_containers = EmptyContainers(processing, tail_receivers)
     segmenter = Segmenter(processing, counterpart, _may_hold_xml_incompatible(markup, names_lowercased))
     candidates = segmenter.run(processing)
     # Only pages annotated with cc-select (WebMainBench's) have it to copy onto blocks: one search of the
@@ -229,7 +238,7 @@ def simplify_html(
         ):
             # Upstream loses this run of <body> (no item, or one it cannot align): ours keeps it as a <div>.
             _as_plain_div(candidate.tree)
-            item = _as_item(candidate.tree, options.exact_round_trip)
+            item = _as_item(candidate.tree, options.exact_round_trip, needs_round_trip or None)
             body_items += item is not None
             shape = None
         if item is None:

@@ -2,7 +2,7 @@
 
 A leaf block gets the id on its own element. A run of inline content gets it on a new
 ``<cc-alg-uc-text>`` wrapper around the original nodes of the run (or on its inline parent), exactly
-where ``mineru-html`` 1.1.2 puts it (UPSTREAM.md §1.4).
+where ``mineru-html`` 1.1.2 puts it (docs/upstream.md#alignment-with-the-original-dom).
 """
 
 from __future__ import annotations

@@ -8,14 +8,19 @@ format depends on libxml2's tree, and the HTML5 pass makes that tree the browser
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import html as html_module
 import re
 
 from lxml import etree
 
+from dripper.simplify.adoption_limit import reparse_at_adoption_limit
 from dripper.simplify.legacy_select import legacy_select_markup
-from dripper.simplify.tags import INVISIBLE_STYLE, NAV_MARKERS, REMOVED_TAGS
+from dripper.simplify.tags import INVISIBLE_STYLE, NAV_MARKERS, REMOVED_TAGS, VOID_TAGS
 
+# Elements the parser never puts text in (void elements, and those libxml2 also treats as empty).
+_TEXTLESS_TAGS = VOID_TAGS | {"basefont", "isindex"}
 _XML_DECLARATION = re.compile(r"<\?xml\s+.*?\??>", re.DOTALL)
 # huge_tree lifts libxml2's 256-level depth limit, past which it silently drops the rest of the page.
 _PARSER = etree.HTMLParser(remove_comments=True, huge_tree=True)
@@ -39,7 +44,7 @@ def repair_html(html: str) -> tuple[str, bool]:
         html = html.replace("</>", "&lt;/&gt;")
     html = legacy_select_markup(html)
     try:
-        repaired = LexborHTMLParser(html).html
+        repaired = reparse_at_adoption_limit(html, LexborHTMLParser(html)).html
     except Exception:  # lexbor rejects very little; libxml2's own recovery is the fallback
         return html, False
     return (repaired, True) if repaired is not None else (html, False)
@@ -61,7 +66,28 @@ def parse_document(html: str) -> etree._Element:
     if root is None:
         raise EmptyDocumentError("the page parses to no elements")
     _flatten_select_contents(root)
+    _decode_raw_text_references(root)
     return root
+
+
+# Raw-text elements whose character references Modest decodes (and writes back as they are) when their
+# text holds something its tokenizer took for an end tag (``</b>``), where the HTML standard (lexbor) keeps
+# them as written; libxml2 then reads either markup as raw text.
+_RAW_TEXT_DECODED_TAGS = ("noframes", "noembed", "xmp")
+_END_TAG_LIKE = re.compile(r"</[A-Za-z][^\s>]*[\s>]")
+
+
+def _decode_raw_text_references(root: etree._Element) -> None:
+    """Decode character references in raw-text elements as Modest does (``&amp;`` → ``&``).
+
+    (lxml answers a tag the document never names at once, without walking the tree: most pages cost
+    nothing.)
+    """
+    for element in root.iter(*_RAW_TEXT_DECODED_TAGS):
+        if element.text and "&" in element.text and _END_TAG_LIKE.search(element.text):
+            # A reference to a character lxml refuses (a control character) leaves the text as it is.
+            with contextlib.suppress(ValueError):
+                element.text = html_module.unescape(element.text)
 
 
 _SELECT_CONTENT_TAGS = frozenset({"option", "optgroup", "script", "template", "hr"})
@@ -126,10 +152,14 @@ def _should_remove(element: etree._Element) -> bool:
     return parent.tag == "details" and element.tag != "summary" and parent.get("open") is None
 
 
-def _remove_keeping_tail(element: etree._Element) -> None:
-    # Upstream appends the tail to the previous sibling's tail, or to its *text* when it has no tail.
-    # An empty result is stored as no text (None), as the parser stores it, so that "no text" has one
-    # form in the processing DOM.
+def _remove_keeping_tail(element: etree._Element) -> etree._Element | None:
+    """Remove ``element``, moving its tail as upstream does; return a void element that took it as text.
+
+    Upstream appends the tail to the previous sibling's tail, or to its *text* when it has no tail: so
+    ``<br><span hidden></span>text`` gives a ``<br>`` holding text, which HTML serialisation drops and
+    upstream's serialise-and-reparse step turns back into the ``<br>``'s tail. An empty result is stored as
+    no text (None), as the parser stores it, so that "no text" has one form in the processing DOM.
+    """
     parent = element.getparent()
     tail = element.tail or ""
     element.tail = None
@@ -143,14 +173,21 @@ def _remove_keeping_tail(element: etree._Element) -> None:
     else:
         previous.text = tail or None
     parent.remove(element)
+    if tail and previous is not None and previous.tail is None and previous.tag in _TEXTLESS_TAGS:
+        return previous
+    return None
 
 
-def clean_processing_dom(processing: etree._Element) -> int:
-    """Remove chrome and hidden nodes from the processing DOM in place; return how many hidden ones went.
+def clean_processing_dom(processing: etree._Element) -> tuple[int, list[etree._Element]]:
+    """Remove chrome and hidden nodes from the processing DOM in place.
 
     Tags in ``REMOVED_TAGS`` go with their tail text (as lxml removes them upstream); hidden elements keep
     their tail. Hidden elements inside hidden elements need no separate removal, so only the outermost are
     removed, in document order (the order upstream's bottom-up pass produces for them).
+
+    Returns:
+        How many hidden elements went, and the void elements that took the tail of one as their text (see
+        :func:`_remove_keeping_tail`): upstream's serialise-and-reparse step changes the items holding them.
     """
     etree.strip_elements(processing, *REMOVED_TAGS, with_tail=True)
     doomed: list[etree._Element] = []
@@ -159,9 +196,10 @@ def clean_processing_dom(processing: etree._Element) -> int:
             continue
         if _should_remove(element):
             doomed.append(element)
-    for element in doomed:
-        _remove_keeping_tail(element)
-    return len(doomed)
+    tail_receivers = [
+        receiver for element in doomed if (receiver := _remove_keeping_tail(element)) is not None
+    ]
+    return len(doomed), tail_receivers
 
 
 def _is_descendant(element: etree._Element, ancestor: etree._Element) -> bool:

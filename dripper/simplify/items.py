@@ -1,7 +1,8 @@
 """Per-item simplification of the model's view: attribute pruning, list shortening, text cut.
 
 Each function mutates one detached item tree in place, exactly as ``mineru-html`` 1.1.2 does
-(UPSTREAM.md §1.3), so the Simplified HTML matches what the released weights saw in training.
+(docs/upstream.md#per-item-simplification), so the Simplified HTML matches what the released weights saw
+in training.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 An item is either a leaf block element (a block with no block inside, or a whole data table / content
 list) or a run of inline content between blocks. The block predicate, table and list classification and
-the walk follow ``mineru-html`` 1.1.2 (UPSTREAM.md §1.2) so that item boundaries, hence ids, are identical.
+the walk follow ``mineru-html`` 1.1.2 (docs/upstream.md#segmentation) so that item boundaries, hence ids,
+are identical.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Tag sets and constants of the Simplified HTML format.
 
 They are part of the model-input format the released MinerU-HTML weights were trained on
-(``mineru-html`` 1.1.2), so they must not be "improved": see UPSTREAM.md §1.2 and §7.
+(``mineru-html`` 1.1.2), so they must not be "improved": see docs/upstream.md#segmentation and
+docs/upstream.md#constants.
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ dependencies (pyarrow, Dask, labelers) only when used; the names below load thei
 - :func:`extract_stage`: ``{root}/simplified/`` → ``{root}/extracted/`` with the extractor spec of an
   :class:`~dripper.config.extract.ExtractStageConfig`; :func:`run_extractor` places it in the run layout
   (``{root}/extractors/{name}/``) and runs cascades;
+- :func:`one_pass_shards`: WARC files → ``{extractor folder}/extracted/`` in one pass, no ``simplified/``
+  (:func:`run_extractor_one_pass` places it in the run layout);
 - :func:`run_shard_tasks`, :func:`run_streaming_shard`: how shards are run and published;
 - :mod:`.selection`: crawl state and WARC selection plans, imported from its module.
 
@@ -52,6 +54,10 @@ _EXPORTS = {
     "read_simplified_items": "extract",
     "EXTRACTOR_FILE": "extractor",
     "run_extractor": "extractor",
+    "run_extractor_one_pass": "extractor",
+    "chooses_one_pass": "one_pass",
+    "one_pass_shard": "one_pass",
+    "one_pass_shards": "one_pass",
     "record_extractor": "extractor",
 }
 

@@ -97,17 +97,33 @@ def _routing_keys(
     return keys
 
 
-def _row_pairs(first: str, simplified: str, batch_size: int, storage_options: Any) -> Iterator[tuple]:
+def _row_pairs(
+    first: str,
+    simplified: str,
+    batch_size: int,
+    storage_options: Any,
+    input_storage_options: Any,
+    wanted: Any,
+) -> Iterator[tuple]:
     """``(step-1 row, simplified item)`` in shard order: the step-1 shard was made from this simplified
-    shard, row for row."""
+    shard, row for row. Only the ``wanted`` positions' pages are prepared (a slim shard's records are read
+    again); the others' items hold their simplified row alone."""
     simplified_items = (
-        item for items in read_simplified_items(simplified, batch_size, storage_options) for item in items
+        item
+        for items in read_simplified_items(
+            simplified,
+            batch_size,
+            storage_options,
+            input_storage_options=input_storage_options,
+            wanted=wanted,
+        )
+        for item in items
     )
     for position, row in enumerate(_first_rows(first, batch_size, storage_options)):
         item = next(simplified_items, None)
-        if item is None or item[0].doc_id != row["doc_id"]:
+        if item is None or item[3]["doc_id"] != row["doc_id"]:
             raise RuntimeError(
-                f"{simplified}: row {position} is {item[0].doc_id if item else 'past the end'!r}, not the "
+                f"{simplified}: row {position} is {item[3]['doc_id'] if item else 'past the end'!r}, not the "
                 f"first step's {row['doc_id']!r}; the simplified shard changed since: rerun with force"
             )
         yield row, item
@@ -116,7 +132,13 @@ def _row_pairs(first: str, simplified: str, batch_size: int, storage_options: An
 
 
 def _produce_routed(
-    first: str, simplified: str, spec: Any, batch_size: int, storage_options: Any, stats: ShardStats
+    first: str,
+    simplified: str,
+    spec: Any,
+    batch_size: int,
+    storage_options: Any,
+    input_storage_options: Any,
+    stats: ShardStats,
 ) -> Iterator[Any]:
     """The step-2 rows, streamed: the routed share is chosen over the whole shard from the stats column;
     then rows are held only until ``batch_size`` routed pages have gathered for one LM call."""
@@ -149,7 +171,9 @@ def _produce_routed(
         return batch
 
     waiting = 0
-    pairs = _row_pairs(first, simplified, batch_size, storage_options)
+    pairs = _row_pairs(
+        first, simplified, batch_size, storage_options, input_storage_options, chosen.__contains__
+    )
     for index, (row, (page, simplified_page, problem, _)) in enumerate(pairs):
         values = json.loads(row["stats"] or "{}")
         item = None
@@ -206,10 +230,12 @@ def route_shard(
     batch_size: int,
     storage_options: dict[str, Any] | None = None,
     force: bool = False,
+    input_storage_options: dict[str, Any] | None = None,
 ) -> ShardResult:
     """Step 2 of a cascade for one shard: ``{output_root}/cascade_first/`` shard ``shard_index`` with its
     routed pages labelled by the route's labeler → ``{output_root}/extracted/``. Skipped when done.
-    ``spec``: the typed :class:`~dripper.config.extractor.ExtractorSpec` (a worker does not parse it)."""
+    ``spec``: the typed :class:`~dripper.config.extractor.ExtractorSpec` (a worker does not parse it);
+    ``input_storage_options``: of the WARC files a slim shard's routed records are read again from."""
     first_stage = ShardWriter(str(output_root), CASCADE_FIRST_STAGE, storage_options)
     first = first_stage.url(first_stage.shard_path(shard_index))
     source = ShardWriter(str(input_root), SIMPLIFIED_STAGE, storage_options)
@@ -218,7 +244,9 @@ def route_shard(
         join_path(str(output_root), EXTRACTED_STAGE),
         shard_index,
         extracted_schema(),
-        lambda stats: _produce_routed(first, simplified, spec, batch_size, storage_options, stats),
+        lambda stats: _produce_routed(
+            first, simplified, spec, batch_size, storage_options, input_storage_options, stats
+        ),
         storage_options=storage_options,
         force=force,
         marker_extra={"inputs": [first], "labeler": spec.route.labeler, "worker_pid": os.getpid()},
@@ -235,6 +263,7 @@ def extract_cascade(
     force: bool = False,
     progress: bool | None = None,
     raise_on_failure: bool = True,
+    input_storage_options: dict[str, Any] | None = None,
 ) -> StageReport:
     """Both steps of the cascade ``config.extractor`` (a spec with a ``route``, taken as checked) over the
     finished simplified shards of ``input_root`` (see the module's documentation); returns the report of the
@@ -252,6 +281,7 @@ def extract_cascade(
         raise_on_failure=False,
         stage=CASCADE_FIRST_STAGE,
         score_routes=True,
+        input_storage_options=input_storage_options,
     )
     started = time.perf_counter()
     first_stage = ShardWriter(str(output_root), CASCADE_FIRST_STAGE, storage_options)
@@ -261,7 +291,16 @@ def extract_cascade(
             index,
             route_shard,
             # The typed spec itself (pydantic pickles it): a worker does not parse it again.
-            (str(input_root), str(output_root), index, spec, batch_size, storage_options, force),
+            (
+                str(input_root),
+                str(output_root),
+                index,
+                spec,
+                batch_size,
+                storage_options,
+                force,
+                input_storage_options,
+            ),  # fmt: skip
             stage_dir=join_path(str(output_root), EXTRACTED_STAGE),
             marker_extra={"inputs": [first_stage.url(first_stage.shard_path(index))]},
             storage_options=storage_options,

@@ -18,7 +18,10 @@ carried metadata       ``warc_file``, ``warc_offset``, ``fetch_date``, ``content
                        ``encoding``, ``n_blocks``, ``simplify_status``
 =====================  ================================================================================
 
-Every simplified row gives one extracted row (``rows_in == rows_out``). Shard stats count fallbacks by
+A shard of the slim layout holds no copy of the page: its records are read again from their WARC files by
+byte range and simplified again (:mod:`dripper.stages.records`; counted as ``reread:records``, with
+``reread:failed`` and ``reread:changed``). Every simplified row gives one extracted row
+(``rows_in == rows_out``). Shard stats count fallbacks by
 reason kind (``label_failed``, ``no_blocks``, ``simplify_failed``, …) and, in ``counters``, the rows per
 extractor (``extractor:dripper:trafilatura``) and the rows left empty per input problem
 (``no_output:not_html``).
@@ -39,8 +42,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from dripper.config.extract import ExtractStageConfig
-from dripper.io.storage import filesystem_for, join_path
+from dripper.io.storage import join_path
 from dripper.labelers.base import BlockLabeler
+from dripper.stages.records import CARRIED
 from dripper.stages.runner import (
     ShardTask,
     StageError,
@@ -60,15 +64,16 @@ __all__ = [
     "count_row",
     "extract_shard",
     "extract_shards",
+    "extract_items",
     "extract_stage",
     "extracted_schema",
     "read_simplified_items",
+    "stage_extractor",
 ]
 
 log = logging.getLogger(__name__)
 
 EXTRACTED_STAGE = "extracted"
-_CARRIED = ("warc_file", "warc_offset", "fetch_date", "content_type", "payload_digest", "encoding")
 
 
 def extracted_schema() -> Any:
@@ -113,7 +118,7 @@ def build_stage_labeler(spec: str | BlockLabeler, options: dict[str, Any] | None
 _EXTRACTORS: dict[str, Any] = {}
 
 
-def _extractor(spec: Any, labeler: BlockLabeler | None, batch_size: int, score_routes: bool):
+def stage_extractor(spec: Any, labeler: BlockLabeler | None, batch_size: int, score_routes: bool):
     """The pipeline of a spec (its labeler, or ``labeler`` in its place, with the spec's fallback); built once
     per process for a spec (a GPU engine is expensive to start, and a Dask worker runs many shards)."""
     from dripper.pipeline import ExtractOptions, Extractor, Route
@@ -161,37 +166,18 @@ def close_stage_extractors() -> int:
 
 
 def read_simplified_items(
-    path: str, batch_size: int, storage_options: dict[str, Any] | None = None
+    path: str,
+    batch_size: int,
+    storage_options: dict[str, Any] | None = None,
+    **options: Any,
 ) -> Iterator[list[tuple[Any, Any, str | None, dict[str, Any]]]]:
-    """Batches of ``(page, simplified, problem, row)`` from a simplified shard, ready for
-    :meth:`~dripper.pipeline.Extractor.extract_simplified` (``row`` holds the other columns)."""
-    import pyarrow.parquet as pq
+    """Batches of ``(page, simplified, problem, row)`` from a simplified shard of either layout, ready for
+    :meth:`~dripper.pipeline.Extractor.extract_simplified` (``row`` holds the other columns): a slim shard's
+    records are read again from their WARC files and simplified again (:func:`dripper.stages.records.
+    simplified_items`, whose keywords ``options`` are)."""
+    from dripper.stages.records import simplified_items
 
-    from dripper.types import Block, Page, SimplifiedPage
-
-    fs, fs_path = filesystem_for(path, storage_options)
-    with fs.open(fs_path, "rb") as f:
-        for batch in pq.ParquetFile(f).iter_batches(batch_size=batch_size):
-            items = []
-            for row in batch.to_pylist():
-                page = Page(
-                    doc_id=row["doc_id"],
-                    html=row["html"] or "",
-                    url=row["url"],
-                    http_charset=row["http_charset"],
-                    metadata={name: row[name] for name in _CARRIED},
-                )
-                simplified = None
-                if row["simplified_html"] is not None:
-                    simplified = SimplifiedPage(
-                        doc_id=row["doc_id"],
-                        simplified_html=row["simplified_html"],
-                        blocks=[Block(**block) for block in row["blocks"] or []],
-                        url=row["url"],
-                        mapping_html=row["mapping_html"],
-                    )
-                items.append((page, simplified, row["reason"], row))
-            yield items
+    return simplified_items(path, batch_size, storage_options, **options)
 
 
 def _result_row(result: Any, row: dict[str, Any]) -> dict[str, Any]:
@@ -207,7 +193,7 @@ def _result_row(result: Any, row: dict[str, Any]) -> dict[str, Any]:
         "extractor": result.extractor,
         "fallback_reason": result.fallback_reason,
         "stats": json.dumps(stats, sort_keys=True, default=str),
-        **{name: row[name] for name in _CARRIED},
+        **{name: row[name] for name in CARRIED},
         "n_blocks": row["n_blocks"],
         "simplify_status": row["status"],
     }
@@ -225,32 +211,41 @@ def count_row(stats: ShardStats, extractor: str, fallback_reason: str | None) ->
         stats.fallback(kind)
 
 
+def extract_items(
+    source: str, extractor: Any, items: list[tuple[Any, Any, str | None, dict[str, Any]]], stats: ShardStats
+) -> Any:
+    """One record batch of extracted rows: ``items`` (``(page, simplified, problem, row)``) labelled
+    together, each row accounted (:func:`count_row`)."""
+    import pyarrow as pa
+
+    started = time.perf_counter()
+    results = extractor.extract_simplified(
+        [(page, simplified, problem) for page, simplified, problem, _ in items]
+    )
+    stats.count("extract_seconds", time.perf_counter() - started)
+    stats.count("batches")
+    rows = []
+    for result, (*_, row) in zip(results, items, strict=True):
+        if result.doc_id != row["doc_id"]:
+            raise RuntimeError(f"{source}: result for {result.doc_id!r} where {row['doc_id']!r} was expected")
+        count_row(stats, result.extractor, result.fallback_reason)
+        rows.append(_result_row(result, row))
+    return pa.RecordBatch.from_pylist(rows, schema=extracted_schema())
+
+
 def _produce_results(
     source: str,
     extractor: Any,
     batch_size: int,
     storage_options: dict[str, Any] | None,
+    input_storage_options: dict[str, Any] | None,
     stats: ShardStats,
 ) -> Iterator[Any]:
-    import pyarrow as pa
-
-    schema = extracted_schema()
-    for items in read_simplified_items(source, batch_size, storage_options):
-        started = time.perf_counter()
-        results = extractor.extract_simplified(
-            [(page, simplified, problem) for page, simplified, problem, _ in items]
-        )
-        stats.count("extract_seconds", time.perf_counter() - started)
-        stats.count("batches")
-        rows = []
-        for result, (*_, row) in zip(results, items, strict=True):
-            if result.doc_id != row["doc_id"]:
-                raise RuntimeError(
-                    f"{source}: result for {result.doc_id!r} where {row['doc_id']!r} was expected"
-                )
-            count_row(stats, result.extractor, result.fallback_reason)
-            rows.append(_result_row(result, row))
-        yield pa.RecordBatch.from_pylist(rows, schema=schema)
+    items_of = read_simplified_items(
+        source, batch_size, storage_options, input_storage_options=input_storage_options, stats=stats
+    )
+    for items in items_of:
+        yield extract_items(source, extractor, items, stats)
 
 
 def extract_shard(
@@ -264,22 +259,27 @@ def extract_shard(
     force: bool = False,
     stage: str = EXTRACTED_STAGE,
     score_routes: bool = False,
+    input_storage_options: dict[str, Any] | None = None,
 ) -> ShardResult:
     """Extract simplified shard ``shard_index`` of ``input_root`` with ``spec`` (a typed
     :class:`~dripper.config.extractor.ExtractorSpec`: a worker does not parse it again) into
     ``{output_root}/{stage}/`` (``extracted/``; a cascade's first step writes ``cascade_first/`` and sets
     ``score_routes``). ``labeler``: an instance in place of the spec's labeler (in-process runs).
+    ``input_storage_options``: fsspec options of the WARC files a slim shard's records are read again
+    from (default: ``storage_options``).
 
     Skipped when the marker exists. Runs anywhere: in-process or as a Dask task.
     """
     reader = ShardWriter(str(input_root), SIMPLIFIED_STAGE, storage_options)
     source = reader.url(reader.shard_path(shard_index))
-    extractor = _extractor(spec, labeler, batch_size, score_routes)
+    extractor = stage_extractor(spec, labeler, batch_size, score_routes)
     return run_streaming_shard(
         join_path(str(output_root), stage),
         shard_index,
         extracted_schema(),
-        lambda stats: _produce_results(source, extractor, batch_size, storage_options, stats),
+        lambda stats: _produce_results(
+            source, extractor, batch_size, storage_options, input_storage_options, stats
+        ),
         storage_options=storage_options,
         force=force,
         # The labeler is recorded, not compared: a rerun with another labeler skips finished shards
@@ -342,6 +342,7 @@ def extract_shards(
     stage: str = EXTRACTED_STAGE,
     score_routes: bool = False,
     task_resources: dict[str, float] | None = None,
+    input_storage_options: dict[str, Any] | None = None,
 ) -> StageReport:
     """The shard tasks of the extract stage with ``config.extractor``'s labeler and fallback (its route is
     the cascade's, :mod:`dripper.stages.cascade`); the spec is taken as checked.
@@ -356,6 +357,8 @@ def extract_shards(
             of a cascade, with ``score_routes``: each page's routing score in its stats).
         task_resources: Dask worker resources each shard task needs on an external cluster (default:
             ``{"GPU": 1}`` when the spec needs a GPU).
+        input_storage_options: fsspec options of the WARC files slim shards' records are read again from
+            (default: ``storage_options``).
     """
     spec = config.extractor
     output_root = str(output_root or input_root)
@@ -381,7 +384,7 @@ def extract_shards(
         workers = 0
     if workers == 0 and scheduler is None:
         # Build the labeler before any shard runs, so a labeler that cannot start fails fast.
-        _extractor(spec, labeler, config.batch_size, score_routes)
+        stage_extractor(spec, labeler, config.batch_size, score_routes)
     # On an external cluster an LM labeler's tasks go to the workers that declare a GPU.
     resources = task_resources
     if resources is None and spec.needs_gpu and labeler is None:
@@ -392,7 +395,7 @@ def extract_shards(
             extract_shard,
             (
                 str(input_root), output_root, index, spec, config.batch_size, labeler, storage_options,
-                force, stage, score_routes,
+                force, stage, score_routes, input_storage_options,
             ),
             stage_dir=join_path(output_root, stage),
             marker_extra={"inputs": [source_stage.url(source_stage.shard_path(index))]},

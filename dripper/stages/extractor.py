@@ -3,7 +3,8 @@
 :func:`run_extractor` is what ``dripper run extract`` and the Airflow extract task run: it checks the
 config's spec, records it (:func:`record_extractor`) and runs the extract stage's shard tasks
 (:func:`dripper.stages.extract.extract_shards`) or, for a spec with a ``route``, the cascade's two steps
-(:func:`dripper.stages.cascade.extract_cascade`).
+(:func:`dripper.stages.cascade.extract_cascade`). :func:`run_extractor_one_pass` is the same from WARC files
+in one pass (:mod:`dripper.stages.one_pass`), with no ``simplified/`` folder.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dripper.stages.cascade import extract_cascade
 from dripper.stages.extract import extract_shards
 from dripper.stages.runner import StageReport
 
-__all__ = ["EXTRACTOR_FILE", "record_extractor", "run_extractor"]
+__all__ = ["EXTRACTOR_FILE", "record_extractor", "run_extractor", "run_extractor_one_pass"]
 
 #: The spec an extractor folder's shards are made with, written in that folder.
 EXTRACTOR_FILE = "_extractor.json"
@@ -115,4 +116,51 @@ def run_extractor(
         )
     return extract_shards(
         input_root, output_root, config, storage_options=storage_options, force=force, **run
+    )
+
+
+def run_extractor_one_pass(
+    root: str,
+    shards: Any,
+    config: ExtractStageConfig | None = None,
+    simplify_config: Any = None,
+    output_root: str | None = None,
+    *,
+    storage_options: dict[str, Any] | None = None,
+    force: bool = False,
+    **run: Any,
+) -> StageReport:
+    """The extract stage for ``config.extractor`` straight from WARC files, in one pass, in the run layout:
+    ``{root}/extractors/{name}/`` unless ``output_root`` is given, the spec recorded there as
+    :func:`run_extractor` records it. What ``dripper run extract --input WARCS`` and the Airflow extract task
+    run where :meth:`~dripper.config.extract.ExtractStageConfig.runs_one_pass` says so.
+
+    Args:
+        root: The run root.
+        shards: The planned shards, ``(shard index, WARC files)`` (the simplify stage's plan of a selection).
+        config: The extract stage's config.
+        simplify_config: How the WARC files are read (page limits, ``keep_truncated``).
+        output_root: The extractor's folder (default: from the run layout).
+        storage_options: fsspec options of the run root.
+        force: Recompute finished shards (and replace a recorded spec).
+        **run: More :func:`~dripper.stages.one_pass.one_pass_shards` keywords (``scheduler``,
+            ``input_storage_options``, ``progress``, ``raise_on_failure``).
+    """
+    from dripper.config.extractor import check_labeler_options
+    from dripper.layout import RunLayout
+    from dripper.stages.one_pass import one_pass_shards
+
+    config = config or ExtractStageConfig()
+    spec = config.extractor
+    check_labeler_options([spec])
+    output_root = output_root or RunLayout(str(root)).extractor(spec.name).root
+    record_extractor(output_root, spec, storage_options, force=force)
+    return one_pass_shards(
+        output_root,
+        list(shards),
+        config,
+        simplify_config,
+        storage_options=storage_options,
+        force=force,
+        **run,
     )

@@ -2,26 +2,26 @@
 
 One shard per WARC file (or per ``warcs_per_shard`` files), numbered in input order. Per HTML page read
 from a WARC (see :mod:`dripper.io.warc`), :func:`dripper.pipeline.prepare_page` decodes, checks
-and simplifies it, exactly as the one-process pipeline does, and one row is written:
+and simplifies it, exactly as the one-process pipeline does, and one row is written. The rows of the
+``slim`` layout (the default; :mod:`dripper.stages.records` says why and how the extract stage reads them):
 
 ==========================  ===========================================================================
 ``doc_id``                  ``WARC-Record-ID`` (else ``warc_file@offset``)
-``url``, ``warc_file``,     where the page came from (``warc_offset``: the record's gzip member, enough
-``warc_offset``,            for one range request), ``WARC-Date``, the HTTP media type, ``WARC-Payload-
-``fetch_date``,             Digest`` and payload size
-``content_type``,
+``url``, ``warc_file``,     where the page came from: ``warc_offset`` is the record's gzip member,
+``warc_offset``,            ``warc_span_bytes`` the bytes from there to the next page's record (null for a
+``warc_span_bytes``,        file's last page: to the end), enough for one range request; ``WARC-Date``, the
+``fetch_date``,             HTTP media type, ``WARC-Payload-Digest`` and payload size; ``truncated``: the
+``content_type``,           record was cut short (kept only with ``keep_truncated``)
 ``payload_digest``,
-``payload_bytes``
+``payload_bytes``,
+``truncated``
 ``http_charset``            the charset the HTTP header declared (as sent), or null
 ``encoding``                the codec the page was decoded with (:mod:`dripper.decode`)
 ``status``, ``reason``      ``ok`` (reason null), or why the page cannot be labelled: ``no_blocks``,
                             ``simplify_failed`` (the extract stage sends these to the fallback), or an
                             input problem ``empty_input``/``not_html``/``too_large`` (the extract stage
                             records them as ``extractor="none"``). ``reason`` is the full message.
-``html``                    the decoded page ('' for input problems): what the fallback reads
 ``simplified_html``         the model input (null when simplification failed)
-``mapping_html``            the mapping view as HTML text (``SimplifiedPage.mapping_markup()``)
-``blocks``                  ``[{item_id, tag, simplified_html, text}]`` (:class:`dripper.types.Block`)
 ``n_blocks``                block count
 ``prompt_chars``,           characters of the ``short_compact`` prompt and a token estimate of
 ``prompt_tokens_estimate``  ``ceil(prompt_chars / 3.5)`` (a rough BPE ratio for HTML; no tokenizer is
@@ -29,11 +29,17 @@ and simplifies it, exactly as the one-process pipeline does, and one row is writ
 ``simplify_seconds``        time spent in the simplifier for this page
 ==========================  ===========================================================================
 
+The ``full`` layout (``ShardFormat(layout="full")``, and every shard written before the slim one) adds
+``html`` (the decoded page), ``mapping_html`` (the mapping view) and ``blocks``
+(``[{item_id, tag, simplified_html, text}]``): 2.8 times the bytes of the ``.warc.gz`` it came from, and no
+WARC file needed at extract time.
+
 Accounting per shard (``rows_in == rows_out + dropped``): ``rows_in`` counts every WARC record read plus
 every unreadable region (a corrupt gzip member, the unread rest of a stream); records that are not HTML
 200 responses are dropped with the WARC reader's reason (``not_response``, ``non_200``, ``non_html``,
 ``too_large``, ``truncated``, ``bad_record``) and unreadable regions with theirs (``bad_gzip_member``,
 ``unreadable_rest``). Every HTML page becomes a row, whatever its status: nothing is dropped silently.
+With ``keep_truncated``, truncated records are pages too, counted apart (``kept_truncated``).
 """
 
 from __future__ import annotations
@@ -41,7 +47,6 @@ from __future__ import annotations
 import fnmatch
 import gzip
 import logging
-import math
 import os
 import posixpath
 import time
@@ -53,6 +58,7 @@ from dripper.config.simplify import SimplifyStageConfig
 from dripper.io.storage import filesystem_for, is_local, join_path, open_url
 from dripper.io.warc import WarcReadStats, iter_warc_pages
 from dripper.simplify import SimplifyOptions
+from dripper.stages.records import FULL_LAYOUT, LAYOUTS, SLIM_LAYOUT, page_row, shard_metadata
 from dripper.stages.runner import (
     ShardTask,
     StageError,
@@ -72,6 +78,7 @@ __all__ = [
     "simplify_shard",
     "simplify_shards",
     "simplify_stage",
+    "warc_page_rows",
 ]
 
 log = logging.getLogger(__name__)
@@ -91,6 +98,8 @@ class ShardFormat:
         rows_per_group: Rows per parquet row group (a group is flushed earlier past ``max_group_bytes``).
         max_group_bytes: Approximate text bytes held before a row group is written.
         compression: Parquet codec.
+        layout: ``slim`` (the record is read again from its WARC file at extract time) or ``full`` (the
+            page, the mapping view and the blocks stored: no WARC file needed at extract time).
     """
 
     simplify: SimplifyOptions = field(default_factory=SimplifyOptions)
@@ -98,51 +107,54 @@ class ShardFormat:
     rows_per_group: int = 256
     max_group_bytes: int = 64 * 1024 * 1024
     compression: str = "zstd"
+    layout: str = SLIM_LAYOUT
 
     def __post_init__(self) -> None:
         if self.rows_per_group < 1 or self.max_group_bytes < 1:
             raise ValueError(f"rows_per_group and max_group_bytes must be positive, got {self}")
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}, got {self.layout!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def simplified_schema() -> Any:
-    """The parquet schema of simplified shards."""
+def simplified_schema(layout: str = SLIM_LAYOUT) -> Any:
+    """The parquet schema of simplified shards of ``layout`` (``slim`` or ``full``)."""
     import pyarrow as pa
 
-    block = pa.struct(
-        [
-            ("item_id", pa.int32()),
-            ("tag", pa.string()),
-            ("simplified_html", pa.string()),
-            ("text", pa.string()),
-        ]
-    )
-    return pa.schema(
-        [
-            ("doc_id", pa.string()),
-            ("url", pa.string()),
-            ("warc_file", pa.string()),
-            ("warc_offset", pa.int64()),
-            ("fetch_date", pa.string()),
-            ("content_type", pa.string()),
-            ("payload_digest", pa.string()),
-            ("payload_bytes", pa.int64()),
-            ("http_charset", pa.string()),
-            ("encoding", pa.string()),
-            ("status", pa.string()),
-            ("reason", pa.string()),
-            ("html", pa.string()),
-            ("simplified_html", pa.string()),
-            ("mapping_html", pa.string()),
-            ("blocks", pa.list_(block)),
-            ("n_blocks", pa.int32()),
-            ("prompt_chars", pa.int64()),
-            ("prompt_tokens_estimate", pa.int64()),
-            ("simplify_seconds", pa.float64()),
-        ]
-    )
+    fields = [
+        ("doc_id", pa.string()),
+        ("url", pa.string()),
+        ("warc_file", pa.string()),
+        ("warc_offset", pa.int64()),
+        ("warc_span_bytes", pa.int64()),
+        ("fetch_date", pa.string()),
+        ("content_type", pa.string()),
+        ("payload_digest", pa.string()),
+        ("payload_bytes", pa.int64()),
+        ("truncated", pa.bool_()),
+        ("http_charset", pa.string()),
+        ("encoding", pa.string()),
+        ("status", pa.string()),
+        ("reason", pa.string()),
+        ("simplified_html", pa.string()),
+        ("n_blocks", pa.int32()),
+        ("prompt_chars", pa.int64()),
+        ("prompt_tokens_estimate", pa.int64()),
+        ("simplify_seconds", pa.float64()),
+    ]
+    if layout == FULL_LAYOUT:
+        block = pa.struct(
+            [
+                ("item_id", pa.int32()),
+                ("tag", pa.string()),
+                ("simplified_html", pa.string()),
+                ("text", pa.string()),
+            ]
+        )
+        fields += [("html", pa.string()), ("mapping_html", pa.string()), ("blocks", pa.list_(block))]
+    return pa.schema(fields)
 
 
 # -- inputs ------------------------------------------------------------------------------------------------
@@ -276,56 +288,12 @@ class _Rows:
         for name, values in self.columns.items():
             values.append(row.get(name))
         self.count += 1
-        self.text_bytes += sum(len(row[k] or "") for k in ("html", "simplified_html", "mapping_html"))
+        self.text_bytes += sum(len(row.get(k) or "") for k in ("html", "simplified_html", "mapping_html"))
 
     def batch(self) -> Any:
         import pyarrow as pa
 
         return pa.RecordBatch.from_pydict(self.columns, schema=self.schema)
-
-
-def _page_row(warc_page: Any, shard_format: ShardFormat, extract_options: Any) -> dict[str, Any]:
-    from dripper.pipeline import prepare_page
-    from dripper.prompt import CHARS_PER_TOKEN, build_prompt
-
-    prepared = prepare_page(warc_page.to_page(), extract_options)
-    simplified = prepared.simplified
-    row: dict[str, Any] = {
-        "doc_id": warc_page.doc_id,
-        "url": warc_page.url,
-        "warc_file": warc_page.warc_file,
-        "warc_offset": warc_page.offset,
-        "fetch_date": warc_page.fetch_date,
-        "content_type": warc_page.content_type,
-        "payload_digest": warc_page.payload_digest,
-        "payload_bytes": len(warc_page.payload),
-        "http_charset": warc_page.http_charset,
-        "encoding": prepared.stats.get("encoding"),
-        "status": prepared.problem.split(":", 1)[0] if prepared.problem else "ok",
-        "reason": prepared.problem,
-        "html": prepared.text,
-        "simplified_html": None,
-        "mapping_html": None,
-        "blocks": None,
-        "n_blocks": 0,
-        "prompt_chars": 0,
-        "prompt_tokens_estimate": 0,
-        "simplify_seconds": prepared.stats.get("simplify_seconds", 0.0),
-    }
-    if simplified is not None:
-        prompt_chars = len(build_prompt(simplified.simplified_html, shard_format.prompt_version))
-        row.update(
-            simplified_html=simplified.simplified_html,
-            mapping_html=simplified.mapping_markup(),
-            blocks=[
-                {"item_id": b.item_id, "tag": b.tag, "simplified_html": b.simplified_html, "text": b.text}
-                for b in simplified.blocks
-            ],
-            n_blocks=simplified.n_blocks,
-            prompt_chars=prompt_chars,
-            prompt_tokens_estimate=math.ceil(prompt_chars / CHARS_PER_TOKEN),
-        )
-    return row
 
 
 def _produce_rows(
@@ -335,31 +303,64 @@ def _produce_rows(
     input_storage_options: dict[str, Any] | None,
     stats: ShardStats,
 ) -> Iterator[Any]:
+    schema = simplified_schema(shard_format.layout)
+    rows = _Rows(schema)
+    for row, _ in warc_page_rows(warc_files, config, shard_format, input_storage_options, stats):
+        rows.add(row)
+        stats.rows_out += 1
+        if rows.count >= shard_format.rows_per_group or rows.text_bytes >= shard_format.max_group_bytes:
+            yield rows.batch()
+            rows = _Rows(schema)
+    if rows.count:
+        yield rows.batch()
+
+
+def page_options(config: SimplifyStageConfig, shard_format: ShardFormat) -> Any:
+    """The :class:`~dripper.pipeline.ExtractOptions` pages are prepared with (page limit, simplification)."""
     from dripper.pipeline import ExtractOptions
 
-    extract_options = ExtractOptions(max_page_bytes=config.max_page_bytes, simplify=shard_format.simplify)
-    schema = simplified_schema()
-    rows = _Rows(schema)
+    return ExtractOptions(max_page_bytes=config.max_page_bytes, simplify=shard_format.simplify)
+
+
+def warc_page_rows(
+    warc_files: Sequence[str],
+    config: SimplifyStageConfig,
+    shard_format: ShardFormat,
+    input_storage_options: dict[str, Any] | None,
+    stats: ShardStats,
+) -> Iterator[tuple[dict[str, Any], Any]]:
+    """``(row, prepared page)`` for every HTML page of ``warc_files``, in file order: what the simplify stage
+    writes and the one-pass extract stage labels. Counts the pages' statuses and, once the files are read,
+    every record and unreadable region into ``stats`` (``rows_in``, drops by the reader's reason);
+    ``rows_out`` is the caller's."""
+    extract_options = page_options(config, shard_format)
     read = WarcReadStats()
     for warc_file in warc_files:
         file_stats = WarcReadStats()
+        pending = None  # a row waits for the next page's offset: its span ends there
         with open_url(warc_file, "rb", input_storage_options) as stream:
             for warc_page in iter_warc_pages(
-                stream, warc_name=warc_file, stats=file_stats, max_payload_bytes=config.max_payload_bytes
+                stream,
+                warc_name=warc_file,
+                stats=file_stats,
+                max_payload_bytes=config.max_payload_bytes,
+                keep_truncated=config.keep_truncated,
             ):
-                row = _page_row(warc_page, shard_format, extract_options)
-                rows.add(row)
-                stats.rows_out += 1
+                row, prepared = page_row(
+                    warc_page, extract_options, shard_format.prompt_version, shard_format.layout
+                )
                 stats.count(f"status:{row['status']}")
                 stats.count("blocks", row["n_blocks"])
                 stats.count("prompt_tokens_estimate", row["prompt_tokens_estimate"])
                 stats.count("simplify_seconds", row["simplify_seconds"])
-                if (
-                    rows.count >= shard_format.rows_per_group
-                    or rows.text_bytes >= shard_format.max_group_bytes
-                ):
-                    yield rows.batch()
-                    rows = _Rows(schema)
+                if warc_page.truncated:
+                    stats.count("kept_truncated")
+                if pending is not None:
+                    pending[0]["warc_span_bytes"] = row["warc_offset"] - pending[0]["warc_offset"]
+                    yield pending
+                pending = (row, prepared)
+        if pending is not None:
+            yield pending
         file_stats.check()
         if file_stats.records == 0 and not file_stats.skipped:
             stats.count("empty_files")
@@ -372,8 +373,6 @@ def _produce_rows(
     stats.count("warc_records", read.records)
     stats.count("payload_bytes", read.payload_bytes)
     stats.count("warc_read_seconds", round(read.seconds, 6))
-    if rows.count:
-        yield rows.batch()
 
 
 def simplify_shard(
@@ -394,14 +393,18 @@ def simplify_shard(
     config = config or SimplifyStageConfig()
     shard_format = shard_format or ShardFormat()
     warc_files = list(warc_files)
+    # The shard says how it was written: the extract stage prepares a re-read record the same way.
+    schema = simplified_schema(shard_format.layout).with_metadata(
+        shard_metadata(shard_format.layout, page_options(config, shard_format))
+    )
     return run_streaming_shard(
         join_path(str(root), SIMPLIFIED_STAGE),
         shard_index,
-        simplified_schema(),
+        schema,
         lambda stats: _produce_rows(warc_files, config, shard_format, input_storage_options, stats),
         storage_options=storage_options,
         force=force,
-        marker_extra={"inputs": warc_files},
+        marker_extra={"inputs": warc_files, "layout": shard_format.layout},
         compression=shard_format.compression,
     )
 

@@ -332,14 +332,17 @@ def test_ablation_report_manifest_joins_runs_by_extractor_folder(tmp_path):
         folder = layout.extractor(name)
         Path(folder.root).mkdir(parents=True)
         Path(folder.spec_file).write_text(json.dumps({"name": name, "labeler": "vllm"}))
-        scores = Path(folder.evaluation("tiny-4steps"))
+        scores = Path(folder.evaluation("tiny-4steps-seed1234"))
         (scores / "checkpoints").mkdir(parents=True)
         for step in (2, 4):
             (scores / "checkpoints" / f"iter_{step:07d}.json").write_text("{}")
         (scores / "scores.json").write_text("{}")
     extracts = [{"output_root": layout.extractor(name).root} for name in ("v10", "v11", "trafilatura")]
     evaluations = [
-        {"root": layout.extractor(name).root, "run_dir": layout.extractor(name).pretrain("tiny-4steps")}
+        {
+            "root": layout.extractor(name).root,
+            "run_dir": layout.extractor(name).pretrain("tiny-4steps-seed1234"),
+        }
         for name in ("v11", "v10")
     ]
     report = AblationReportOperator(
@@ -361,13 +364,13 @@ def test_ablation_report_manifest_joins_runs_by_extractor_folder(tmp_path):
         "refine_summary": v10.refine_summary,
         "tokens_summary": v10.tokens_summary,
         "extraction_row": "dripper:v10/md",
-        "train_run": v10.pretrain("tiny-4steps"),
-        "scores": f"{v10.evaluation('tiny-4steps')}/scores.json",
+        "train_run": v10.pretrain("tiny-4steps-seed1234"),
+        "scores": f"{v10.evaluation('tiny-4steps-seed1234')}/scores.json",
         "checkpoint_scores": [
-            f"{v10.evaluation('tiny-4steps')}/checkpoints/iter_{s:07d}.json" for s in (2, 4)
+            f"{v10.evaluation('tiny-4steps-seed1234')}/checkpoints/iter_{s:07d}.json" for s in (2, 4)
         ],
     }
-    assert manifest["extractors"][1]["train_run"].endswith("extractors/v11/pretrain/tiny-4steps")
+    assert manifest["extractors"][1]["train_run"].endswith("extractors/v11/pretrain/tiny-4steps-seed1234")
     assert "scores" not in manifest["extractors"][2]  # not evaluated: the report says so
     assert manifest["run"] == {"crawl": "CC-MAIN-SAMPLE", "warc_files": 2}
     assert manifest["extraction"] == f"{tmp_path}/bench/summary.json"

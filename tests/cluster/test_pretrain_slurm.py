@@ -140,7 +140,7 @@ def test_sbatch_script_for_a_4_node_8_gpu_1b_run(tmp_path, monkeypatch):
     module_args = torchrun[torchrun.index("-m", 4) :]
     assert module_args == [
         "-m", "dripper.pretrain", "train", "--out-dir", str(run_dir), "--data", str(tokens),
-        "--tokenizer", "/models/tokenizer", "--model", "llama-1b", "--train-steps", "60000",
+        "--tokenizer", "/models/tokenizer", "--model", "llama-1b", "--train-steps", "60000", "--seed", "1234",
         "--device", "cuda", "--save-interval", "10", "--keep-checkpoints", "0",
         "--precision", "bf16", "--micro-batch-size", "8", "--global-batch-size", "512",
     ]  # fmt: skip

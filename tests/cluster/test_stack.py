@@ -310,6 +310,7 @@ def test_ablation_trains_and_scores_on_slurm(stack):
         "refine_tasks": 1,
         "refine_workers": 1,
         "train_steps": 4,
+        "seeds": [1234],  # one training run (seeds are tested on the local DAG run)
         "eval_every": 2,
         "pretrain_device": "cpu",
         "pretrain_nproc": 2,
@@ -330,16 +331,21 @@ def test_ablation_trains_and_scores_on_slurm(stack):
     assert run["state"] == "success", server.failure_report(run_id, dag_id="extractor_ablation")
 
     folder = shared / "runs" / "CC-MAIN-SAMPLE" / "n1-seed0" / "extractors" / "trafilatura"
-    (training_log,) = (folder / "pretrain" / "tiny-4steps" / "slurm").glob("slurm-*.out")
-    assert "pretrain" in next((folder / "pretrain" / "tiny-4steps" / "slurm").glob("*.sbatch")).read_text()
-    log = [json.loads(line) for line in (folder / "pretrain" / "tiny-4steps" / "train_log.jsonl").open()]
+    (training_log,) = (folder / "pretrain" / "tiny-4steps-seed1234" / "slurm").glob("slurm-*.out")
+    assert (
+        "pretrain"
+        in next((folder / "pretrain" / "tiny-4steps-seed1234" / "slurm").glob("*.sbatch")).read_text()
+    )
+    log = [
+        json.loads(line) for line in (folder / "pretrain" / "tiny-4steps-seed1234" / "train_log.jsonl").open()
+    ]
     assert [r["step"] for r in log] == [1, 2, 3, 4]
-    (eval_log,) = (folder / "eval" / "tiny-4steps" / "slurm").glob("slurm-*.out")
+    (eval_log,) = (folder / "eval" / "tiny-4steps-seed1234" / "slurm").glob("slurm-*.out")
     assert eval_log.stat().st_size > 0
-    script = next((folder / "eval" / "tiny-4steps" / "slurm").glob("eval-*.sbatch")).read_text()
+    script = next((folder / "eval" / "tiny-4steps-seed1234" / "slurm").glob("eval-*.sbatch")).read_text()
     assert "srun --ntasks=1 " in script and "-m dripper.eval.lm_suite --model-dir" in script  # one process …
     assert "torch.distributed.run" not in script  # … not torchrun
-    scores = sorted(p.name for p in (folder / "eval" / "tiny-4steps" / "checkpoints").glob("*.json"))
+    scores = sorted(p.name for p in (folder / "eval" / "tiny-4steps-seed1234" / "checkpoints").glob("*.json"))
     assert scores == ["iter_0000002.json", "iter_0000004.json"]
     report = airflow_demo.published(server.api, run_id, "extractor_ablation", "ablation_report")
     assert Path(report["html"]).exists(), report

@@ -30,6 +30,7 @@ def test_corpus_build_end_to_end_then_resumes(airflow_db, corpus_build, tokenize
         "warcs_per_task": 1,  # two simplify tasks: the mapping is exercised
         "seed": 0,
         "extractor": "trafilatura",
+        "extract_one_pass": "never",  # the split (a GPU labeler's path); the one pass is tested below
         "storage_root": str(tmp_path / "runs"),
         "simplify_workers": 0,
         "extract_workers": 0,
@@ -146,6 +147,7 @@ def test_the_simplify_fields_of_the_form_reach_the_simplify_tasks(airflow_db, co
         "warc_count": 2,
         "warcs_per_shard": 2,
         "extractor": "trafilatura",
+        "extract_one_pass": "never",
         "storage_root": str(tmp_path / "runs"),
         "simplify_workers": 0,
         "simplify_max_page_bytes": 30_000,
@@ -161,8 +163,66 @@ def test_the_simplify_fields_of_the_form_reach_the_simplify_tasks(airflow_db, co
     plan = json.loads((selection / "_selection.json").read_text())
     assert plan["warcs_per_shard"] == 2 and len(plan["shards"]) == 1 and len(plan["shards"][0]) == 2
     rows = read_stage(str(selection), "simplified")
-    assert rows and all(len(row["html"].encode()) <= 200_000 for row in rows if row.get("html"))
+    assert rows and all(row["payload_bytes"] <= 200_000 for row in rows)
     large = [row for row in rows if (row.get("status") or "").startswith("too_large")]
-    assert large and all(row["html"] == "" for row in large)  # an input problem: not kept, not labelled
+    assert large and all(row["simplified_html"] is None for row in large)  # an input problem: not labelled
     summary = json.loads((selection / "_run_summary.json").read_text())
     assert summary["stages"]["simplified"]["dropped"].get("too_large", 0) > 0  # payloads over 200 kB
+
+
+def test_corpus_build_in_one_pass_gives_the_markdown_of_dripper_extract(airflow_db, corpus_build, tmp_path):
+    """An extractor that needs no GPU reads the selection's WARC files in one pass: the simplify tasks are
+    skipped, no simplified/ is written, and the Markdown is what ``dripper extract`` and ``dripper run
+    extract`` give on the same pages."""
+    import gzip
+
+    from dripper.cli import main as cli_main
+    from dripper.decode import decode_html
+    from dripper.io.warc import iter_warc_pages
+    from tests.stages.conftest import comparable, read_stage
+
+    conf = {
+        "crawl_id": "CC-MAIN-SAMPLE",
+        "crawl_base": str(SAMPLE),
+        "warc_count": 1,
+        "seed": 0,
+        "extractor": "cpu",
+        # The form's default, given because dag.test keeps an earlier test's trigger values for the DAG.
+        "extract_one_pass": "auto",
+        "storage_root": str(tmp_path / "runs"),
+        "simplify_workers": 0,
+        "extract_workers": 0,
+        "refine_tasks": 1,
+        "refine_workers": 1,
+    }
+    run = corpus_build.test(run_conf=conf)
+    assert run.state == "success"
+    states = {(ti.task_id, ti.map_index): ti.state for ti in run.get_task_instances()}
+    assert states[("simplify", 0)] == "skipped" and states[("record_simplify", -1)] == "skipped"
+    assert states[("extract", -1)] == "success" and states[("refine", -1)] == "success"
+    xcoms = dag_run_xcoms(run)
+    assert xcoms[("extract", -1)]["one_pass"] is True
+    selection = Path(xcoms[("select_warcs", -1)][0]["selection_root"])
+    assert not (selection / "simplified").exists()
+    (warc,) = json.loads((selection / "_selection.json").read_text())["warc_files"]
+    built = comparable(read_stage(str(selection / "extractors" / "cpu"), "extracted"))
+    assert len(built) == expected_pages([warc])
+
+    pages = tmp_path / "pages.jsonl.gz"
+    with gzip.open(pages, "wt") as out:
+        for page in iter_warc_pages(warc):
+            html = decode_html(page.payload, page.http_charset).text
+            out.write(json.dumps({"id": page.doc_id, "url": page.url, "html": html}) + "\n")
+    assert (
+        cli_main(
+            ["extract", "--input", str(pages), "--output", str(tmp_path / "out.jsonl"), "--extractor", "cpu"]
+        )
+        == 0
+    )
+    direct = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert {record["id"]: record["markdown"] for record in direct} == {
+        k: v["markdown"] for k, v in built.items()
+    }
+    assert cli_main(["run", "extract", "--input", warc, "--output", str(tmp_path / "cli"), "--extractor", "cpu",
+                     "--workers", "0", "--quiet"]) == 0  # fmt: skip
+    assert comparable(read_stage(str(tmp_path / "cli" / "extractors" / "cpu"), "extracted")) == built

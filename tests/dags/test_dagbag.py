@@ -71,6 +71,7 @@ def test_corpus_build_structure(dagbag):
     # simplify is mapped over batches of WARC files, not one task per file
     assert dag.get_task("simplify").is_mapped
     assert dag.get_task("publish_corpus").trigger_rule == "none_failed"  # a skipped tokenize still publishes
+    assert dag.get_task("extract").trigger_rule == "none_failed"  # one pass: simplify and record skipped
     assert type(dag.timetable).__name__ == "AssetTriggeredTimetable"
     assert [asset.name for asset in dag.timetable.asset_condition.objects] == [
         _common.CRAWL_MANIFEST_ASSET.name
@@ -88,10 +89,17 @@ def test_corpus_build_structure(dagbag):
         "extractor",
         "extract_batch_size",
         "extract_workers",
+        "extract_one_pass",
         "refine_steps",
         "refine_tasks",
         "refine_workers",
         "refine_options",
+        "refine_decontaminate",
+        "refine_decont_suite",
+        "refine_decont_ngram",
+        "refine_decont_mode",
+        "refine_decont_fixtures",
+        "refine_custom_steps",
         "tokenizer",
         "tokenize_eos_token",
         "storage_root",
@@ -100,6 +108,7 @@ def test_corpus_build_structure(dagbag):
         "simplify_workers",
         "simplify_max_payload_bytes",
         "simplify_max_page_bytes",
+        "simplify_keep_truncated",
         "force",
         "refine_run_on",
         "refine_slurm",
@@ -111,8 +120,10 @@ def test_corpus_build_structure(dagbag):
         "extractor": "{{ params.extractor }}",
         "batch_size": "{{ params.extract_batch_size }}",
         "workers": "{{ params.extract_workers }}",
+        "one_pass": "{{ params.extract_one_pass }}",
     }
     assert dag.get_task("simplify").partial_kwargs["config"]["workers"] == "{{ params.simplify_workers }}"
+    assert dag.get_task("extract").simplify_config == dag.get_task("simplify").partial_kwargs["config"]
     for name, bad in [
         ("warc_fraction", 1.5),
         ("warc_count", 0),
@@ -169,10 +180,11 @@ def test_extractor_ablation_structure(dagbag):
 
     dag = dagbag.dags["extractor_ablation"]
     upstream = _upstream(dag)
-    chain = ["extract", "refine", "tokenize", "pretrain", "evaluate"]
+    chain = ["extract", "refine", "tokenize", "training_plan", "pretrain", "evaluate"]
     for before, after in zip(chain, chain[1:], strict=False):
         assert before in upstream[after]
-        assert dag.get_task(after).is_mapped  # one per extractor
+        # one per extractor, then (from the plan on) one per extractor and seed
+        assert dag.get_task(after).is_mapped or after == "training_plan"
     assert sorted(upstream["extract"]) == ["check_extractors", "record_simplify"]
     assert sorted(upstream["ablation_report"]) == ["evaluate", "extract", "extraction_quality"]
     # The same validated specs feed the corpora and the extraction-quality task.
@@ -188,6 +200,12 @@ def test_extractor_ablation_structure(dagbag):
         "tokenizer",
         "pretrain_model",
         "train_steps",
+        "train_tokens",
+        "seeds",
+        "max_epochs",
+        "equalize_corpora",
+        "eval_reference_text",
+        "eval_reference_pages",
         "eval_suite",
         "pretrain_run_on",
         "pretrain_slurm",
@@ -199,6 +217,20 @@ def test_extractor_ablation_structure(dagbag):
     assert _rejects(dag, "extractors", [])
     assert _rejects(dag, "extractors", ["cpu", "cpu"])
     assert _rejects(dag, "pretrain_model", "gpt-5")
+    assert _rejects(dag, "seeds", []) and _rejects(dag, "train_tokens", 0)
+    assert dag.params["seeds"] == [1234, 1235] and dag.params["train_steps"] is None
+    # The baseline arm runs as FineWeb ran it; every arm is decontaminated against the evaluation suite.
+    assert dag.params["extractors"] == ["cpu", "fineweb"]
+    assert {
+        "refine_decontaminate",
+        "refine_decont_suite",
+        "refine_decont_ngram",
+        "refine_decont_mode",
+    } <= set(dag.params.keys())
+    assert dag.params["refine_decontaminate"] is None and dag.params["refine_decont_ngram"] == 13
+    refine_config = dag.get_task("refine").partial_kwargs["config"]
+    assert refine_config["decontaminate"] == "{{ params.refine_decontaminate is not false }}"
+    assert refine_config["decont_suite"] == "{{ params.refine_decont_suite or params.eval_suite }}"
 
 
 def test_extraction_benchmark_structure(dagbag):

@@ -127,7 +127,8 @@ def test_ablation_with_two_lm_specs_runs_to_a_report_that_reads_back(
         "route": {"labeler": "vllm", "options": lm.options, "share": 0.5},
     }
     extractors = ["cpu", _vllm_spec("qwen-a", ",fallback_on_empty=true"), json.dumps(cascade)]
-    conf = _conf(tmp_path, tokenizer_dir, extractors, crawl, report_lm_pages_per_second=2.5)
+    # One seed: this test checks each figure against its run's own files (seeds: the test below).
+    conf = _conf(tmp_path, tokenizer_dir, extractors, crawl, report_lm_pages_per_second=2.5, seeds=[1234])
     assert "extract_workers" not in conf  # the default: 1, a LocalCluster worker per extract task
     run = ablation.test(run_conf=conf)
     print("task times:", task_seconds(run))
@@ -221,6 +222,61 @@ def test_ablation_with_two_lm_specs_runs_to_a_report_that_reads_back(
     assert len(data["comparisons"]) == 3
     assert all(c["mean"]["verdict"] in ("> 2 SE", "> 1 SE", "within 1 SE") for c in data["comparisons"])
     assert "tokenizer" not in " ".join(re.findall(r"<th>(.*?)</th>", page)).lower()
+
+
+def test_arms_times_seeds_on_one_token_budget_with_the_early_signal(
+    ablation, airflow_db, tokenizer_dir, tmp_path
+):
+    """cpu and the baselines, two seeds each, on one token budget with the corpora cut to the smallest: one
+    pretrain and evaluate task per (arm, seed), and a report with the budget and epochs, the spread across
+    seeds, the early signal and a reading of each difference."""
+    pytest.importorskip("matplotlib")
+    names = ["cpu", "fineweb", "dclm"]
+    conf = _conf(tmp_path, tokenizer_dir, names, train_steps=None, train_tokens=1024, seeds=[1, 2],
+                 equalize_corpora=True, eval_limit=8)  # fmt: skip
+    run = ablation.test(run_conf=conf)
+    print("task times:", task_seconds(run))
+    states = {(ti.task_id, ti.map_index): ti.state for ti in run.get_task_instances()}
+    assert run.state == "success", states
+    xcoms = dag_run_xcoms(run)
+    plan = xcoms[("training_plan", -1)]
+    assert [(Path(p["root"]).name, p["seed"]) for p in plan] == [(n, s) for n in names for s in (1, 2)]
+    tokens = {
+        Path(xcoms[("tokenize", i)]["root"]).name: xcoms[("tokenize", i)]["token_count"] for i in range(3)
+    }
+    assert {p["data_token_limit"] for p in plan} == {min(tokens.values())}
+    evaluations = [xcoms[("evaluate", i)] for i in range(6)]
+    assert sorted((Path(e["root"]).name, Path(e["run_dir"]).name) for e in evaluations) == sorted(
+        (n, f"tiny-1024tokens-seed{s}") for n in names for s in (1, 2)
+    )
+    reference = evaluations[0]["reference"]
+    assert reference["held_out"] > 0 and Path(reference["file"]).is_file()
+    for evaluation in evaluations:
+        for path in evaluation["checkpoint_scores"]:
+            assert json.loads(Path(path).read_text())["reference_loss"] > 0
+
+    page = Path(xcoms[("ablation_report", -1)]["html"]).read_text(encoding="utf-8")
+    parsed = _Report()
+    parsed.feed(page)
+    data = json.loads(
+        re.search(r'<script type="application/json" id="report-data">(.*?)</script>', page).group(1)
+    )
+    for arm in data["extractors"]:
+        assert arm["seeds"] == [1, 2] and arm["scores"]["seeds"] == 2
+        assert (
+            arm["scores"]["mean_seed_sd"] is not None and arm["scores"]["reference_loss_seed_sd"] is not None
+        )
+        budget = arm["budget"]
+        assert budget["train_tokens"] == 1024 and budget["unique_tokens"] <= min(tokens.values())
+        assert budget["epochs"] == pytest.approx(1024 / budget["unique_tokens"])
+        for section in ("budget", "seeds", "early-signal", "comparisons"):
+            assert arm["name"] in parsed.sections[section], (section, arm["name"])
+    assert sorted(parsed.figure_data["reference"]) == sorted(names)
+    assert len(data["comparisons"]) == 3
+    for pair in data["comparisons"]:
+        for result in (pair["mean"], pair["reference_loss"]):
+            assert result["seed_stderr"] is not None and result["reading"]
+    assert data["run"]["seeds"] == "[1, 2]" or data["run"]["seeds"] == [1, 2]
 
 
 def test_bad_specs_and_missing_benchmark_data_stop_the_run_before_any_warc(

@@ -150,7 +150,7 @@ def test_cli_on_shared_dev_pages(dev_data, tmp_path):
 @pytest.mark.slow
 @pytest.mark.shared
 def test_reproduces_the_readme_resiliparse_baseline(dev_data):
-    # /work/shared/data/README.md: resiliparse 0.830 raw (0.880 normalised), snippet F1 0.847. Resiliparse is
+    # The development sets' README (not distributed): resiliparse 0.830 raw (0.880 normalised), snippet F1 0.847. Resiliparse is
     # the fastest baseline, so this whole-file check of the metric and the reader takes ~10 s.
     config = BenchmarkConfig(data=[dev_data], extractors=["resiliparse"], group_by=())
     overall = run_benchmark(config, progress=False)["rows"]["resiliparse"]["all"]

@@ -33,9 +33,12 @@ pytest.importorskip("matplotlib")
 REPO = Path(__file__).resolve().parents[2]
 NAMES = [e.name for e in REPORT_EXTRACTORS]
 SECTIONS = (
-    "run", "summary", "comparisons", "training-scores", "scores", "corpus", "extraction", "lm-cost", "training",
+    "run", "summary", "comparisons", "budget", "seeds", "early-signal", "training-scores", "scores", "settings",
+    "corpus", "extraction", "lm-cost", "training",
 )  # fmt: skip
-FIGURES = ("curve", "scores", "corpus", "extraction", "loss")
+FIGURES = ("curve", "scores", "corpus", "extraction", "reference", "loss")
+#: Sections about benchmarks, not arms.
+PER_BENCHMARK = ("settings",)
 
 
 class Report(HTMLParser):
@@ -134,7 +137,7 @@ def test_every_section_lists_every_extractor(rendered):
     data, report, page, _, _ = rendered
     assert list(report.sections) == list(SECTIONS)
     for section, text in report.sections.items():
-        for name in NAMES:
+        for name in NAMES if section not in PER_BENCHMARK else ():
             assert name in text, f"section {section!r} does not list {name}"
     assert 'src="http' not in page and "<link" not in page  # self-contained
     assert "class='missing'" not in page  # every input is there
@@ -196,7 +199,14 @@ def test_summary_table_is_table5_shaped_with_standard_errors(rendered):
     _, report, _, markdown, manifest = rendered
     suite = load_suite("paper13")
     header, *rows = report.table("summary")
-    assert header == ["extractor", *suite.categories.values(), "average", "documents", "tokens"]
+    assert header == [
+        "extractor",
+        *suite.categories.values(),
+        "average",
+        "seeds (sd of average)",
+        "documents",
+        "tokens",
+    ]
     assert [row[0] for row in rows] == NAMES
     for extractor, row in zip(REPORT_EXTRACTORS, rows, strict=True):
         tasks = _scores(manifest, extractor.name)["tasks"]
@@ -205,10 +215,10 @@ def test_summary_table_is_table5_shaped_with_standard_errors(rendered):
         mean_se = math.sqrt(sum(r["stderr"] ** 2 for r in tasks.values())) / len(tasks)
         expected.append(_pm(mean, mean_se))
         documents, tokens = REPORT_CORPUS[extractor.refine_key][-1][1::2]
-        assert row[1:] == [*expected, f"{documents:,}", f"{tokens:,}"]
+        assert row[1:] == [*expected, "1 (no sd)", f"{documents:,}", f"{tokens:,}"]
         assert "| " + " | ".join([extractor.name, *row[1:]]) + " |" in markdown
     # 13 tasks at 0.30 + shift + 0.004 i, each ± sqrt(13)%: the average is (30 + 100 shift + 2.4) ± 1.
-    assert [row[-3] for row in rows] == ["35.40 ± 1.00", "33.40 ± 1.00", "32.40 ± 1.00"]
+    assert [row[-4] for row in rows] == ["35.40 ± 1.00", "33.40 ± 1.00", "32.40 ± 1.00"]
 
 
 def test_tokenizer_is_named_once_above_the_tables(rendered):
@@ -225,7 +235,9 @@ def test_comparisons_are_differences_against_the_combined_standard_error(rendere
     _, report, page, markdown, manifest = rendered
     labels = load_suite("paper13").categories
     header, *rows = report.table("comparisons")
-    assert header == ["pair", "score", "difference (points)", "combined SE", "|difference| / SE", "reading"]
+    assert header == [
+        "pair", "score", "difference", "item SE", "seed SE", "noise", "|difference| / noise", "verdict", "reading",
+    ]  # fmt: skip
     expected = []
     for i, a in enumerate(NAMES):
         for b in NAMES[i + 1 :]:
@@ -245,18 +257,30 @@ def test_comparisons_are_differences_against_the_combined_standard_error(rendere
                         metric,
                         f"{100 * (va - vb):+.2f}",
                         f"{100 * combined:.2f}",
+                        "–",  # one seed: no seed term
+                        f"{100 * combined:.2f}",
                         f"{ratio:.2f}",
                         verdict,
                     ]  # fmt: skip
                 )
-    assert rows == expected
+    benchmark_rows = [row[:8] for row in rows if not row[1].startswith("reference loss")]
+    assert benchmark_rows == expected
     averages = {row[0]: row[2:] for row in rows if row[1] == "average"}
+    one_seed = "; seed noise not measured (one seed)"
     assert averages == {
-        "dripper − dripper-vllm": ["+2.00", "1.41", "1.41", "> 1 SE"],
-        "dripper − trafilatura": ["+3.00", "1.41", "2.12", "> 2 SE"],
-        "dripper-vllm − trafilatura": ["+1.00", "1.41", "0.71", "within 1 SE"],
-    }
-    assert "| dripper-vllm − trafilatura | average | +1.00 | 1.41 | 0.71 | within 1 SE |" in markdown
+        "dripper − dripper-vllm": ["+2.00", "1.41", "–", "1.41", "1.41", "> 1 SE",
+                                   "suggestive, not beyond noise (1.4× the noise; the first better)" + one_seed],
+        "dripper − trafilatura": ["+3.00", "1.41", "–", "1.41", "2.12", "> 2 SE",
+                                  "beyond noise (2.1× the noise; the first better)" + one_seed],
+        "dripper-vllm − trafilatura": ["+1.00", "1.41", "–", "1.41", "0.71", "within 1 SE",
+                                       "noise (0.7× the noise; the first better)" + one_seed],
+    }  # fmt: skip
+    assert (
+        "| dripper-vllm − trafilatura | average | +1.00 | 1.41 | – | 1.41 | 0.71 | within 1 SE |" in markdown
+    )
+    # The early signal, read by the same rule: the better arm (shift +0.02) has the lower reference loss.
+    losses = {row[0]: row[2:] for row in rows if row[1].startswith("reference loss")}
+    assert losses["dripper − trafilatura"][:5] == ["-0.0600", "0.0283", "–", "0.0283", "2.12"]
     assert "not a significance test" in report.sections["comparisons"]
 
 
@@ -315,7 +339,7 @@ def test_missing_inputs_are_reported_as_missing(report_manifest, tmp_path):
     assert "no refinement summary for this extractor" in sections["corpus"]
     assert "no extraction benchmark summary given" in sections["extraction"]
     assert "no training log given" in sections["training"]
-    assert report.figure_data == {} and report.table("summary")[1] == ["lonely", "–", "–", "–"]
+    assert report.figure_data == {} and report.table("summary")[1] == ["lonely", "–", "–", "–", "–"]
     assert data["extractors"][0]["corpus"] is None and data["extractors"][0]["curve"] == []
 
     # Files the manifest names but that are not there: listed, and their sections say what is missing.
@@ -350,19 +374,32 @@ def test_compare_rule_and_formats():
 
     assert percent(0.321, 0.012) == "32.10 ± 1.20" and percent(0.321) == "32.10" and percent(None) == "–"
     assert compare(0.35, 0.01, 0.32, 0.01)["verdict"] == "> 2 SE"
-    assert compare(0.335, 0.01, 0.32, 0.01) == {
+    result = compare(0.335, 0.01, 0.32, 0.01)
+    assert {k: result[k] for k in ("difference", "combined_stderr", "ratio", "verdict", "seed_stderr")} == {
         "difference": pytest.approx(0.015),
         "combined_stderr": pytest.approx(math.sqrt(2) * 0.01),
         "ratio": pytest.approx(0.015 / (math.sqrt(2) * 0.01)),
         "verdict": "> 1 SE",
+        "seed_stderr": None,
     }
+    assert "seed noise not measured (one seed)" in result["reading"]
     assert compare(0.32, 0.01, 0.33, 0.01)["verdict"] == "within 1 SE"
-    assert compare(0.32, None, 0.33, 0.01) == {
-        "difference": pytest.approx(-0.01),
-        "combined_stderr": None,
-        "ratio": None,
-        "verdict": "no standard error",
-    }
+    result = compare(0.32, None, 0.33, 0.01)
+    assert (result["difference"], result["combined_stderr"], result["ratio"], result["verdict"]) == (
+        pytest.approx(-0.01),
+        None,
+        None,
+        "no standard error",
+    )
+    # Two seeds a side: the seed term sqrt(sd_a²/n_a + sd_b²/n_b) joins the item term.
+    seeds = {"a_seed_sd": 0.02, "a_seeds": 2, "b_seed_sd": 0.02, "b_seeds": 2}
+    result = compare(0.35, 0.01, 0.32, 0.01, **seeds)
+    assert result["seed_stderr"] == pytest.approx(0.02)
+    assert result["combined_stderr"] == pytest.approx(math.sqrt(0.0002 + 0.0004))
+    assert result["verdict"] == "> 1 SE"  # > 2 item SEs, but not beyond the seeds' noise as well
+    assert result["reading"].startswith("suggestive") and "first better" in result["reading"]
+    loss = compare(3.1, 0.01, 3.5, 0.01, lower_is_better=True, **seeds)
+    assert loss["verdict"] == "> 2 SE" and "first better" in loss["reading"]
     assert score_curve([Path("/nonexistent/iter_0000010.json")]) == []
 
 
@@ -379,8 +416,10 @@ def test_scores_without_standard_errors_say_so(report_manifest, tmp_path):
     report = Report((tmp_path / "r.html").read_text())
     assert report.table("summary")[3][4] == "32.40"
     readings = {(row[0], row[1]): row[3:] for row in report.table("comparisons")[1:]}
-    assert readings[("dripper − trafilatura", "average")] == ["–", "–", "no standard error"]
-    assert readings[("dripper − dripper-vllm", "average")] == ["1.41", "1.41", "> 1 SE"]
+    assert readings[("dripper − trafilatura", "average")] == [
+        "–", "–", "–", "–", "no standard error", "no standard error on either side: not read",
+    ]  # fmt: skip
+    assert readings[("dripper − dripper-vllm", "average")][:5] == ["1.41", "–", "1.41", "1.41", "> 1 SE"]
 
 
 def test_report_cli(report_manifest, tmp_path, capsys):
@@ -391,7 +430,7 @@ def test_report_cli(report_manifest, tmp_path, capsys):
         main(["--manifest", str(report_manifest), "--html", str(html_path), "--markdown", str(md_path)]) == 0
     )
     assert f"wrote {html_path} and {md_path}" in capsys.readouterr().out
-    assert Report(html_path.read_text()).table("summary")[1][-3] == "35.40 ± 1.00"
+    assert Report(html_path.read_text()).table("summary")[1][-4] == "35.40 ± 1.00"
     assert md_path.read_text().startswith("# Dripper vs Trafilatura (fixture)")
     for text, error in (
         ("extractors: []\n", "no extractors"),
@@ -556,7 +595,8 @@ def test_ablation_end_to_end_on_the_sample(tmp_path):
 
     parsed = Report((tmp_path / "report.html").read_text())
     for section, text in parsed.sections.items():
-        assert all(labeler in text for labeler in E2E_LABELERS), section
+        if section not in (*PER_BENCHMARK, "early-signal"):  # no reference text in this run
+            assert all(labeler in text for labeler in E2E_LABELERS), section
     extraction = json.loads((tmp_path / "extraction.json").read_text())
     assert parsed.figure_data["extraction"] == {
         row: data["all"]["rouge5_f1"] for row, data in extraction["rows"].items()
@@ -585,9 +625,18 @@ def test_ablation_end_to_end_on_the_sample(tmp_path):
     ablation_rows = {row[0]: row[1] for row in parsed.table("extraction")[1:]}
     assert {ablation_rows[f"dripper:{labeler}/md"] for labeler in E2E_LABELERS} == set(E2E_LABELERS)
     summary_header = parsed.table("summary")[0]
-    assert summary_header == ["extractor", "Local smoke task", "average", "documents", "tokens"]
+    assert summary_header == [
+        "extractor",
+        "Local smoke task",
+        "average",
+        "seeds (sd of average)",
+        "documents",
+        "tokens",
+    ]
     markdown = (tmp_path / "report.md").read_text()
-    assert "| extractor | Local smoke task | average | documents | tokens |" in markdown
+    assert (
+        "| extractor | Local smoke task | average | seeds (sd of average) | documents | tokens |" in markdown
+    )
 
 
 def test_lm_cost_of_a_cascade_an_lm_and_a_cpu_extractor():

@@ -83,6 +83,7 @@ def test_report_fits_1280px_without_overlaps(browser, report_manifest, tmp_path)
 
         images = browser.execute_script(RECTS_JS, "figure img")
         assert [i["text"] for i in images] == [
+            "Early signal: loss on held-out reference text",
             "Mean benchmark score over training",
             "Final benchmark scores",
             "Corpus through refinement",

@@ -26,13 +26,23 @@ def test_pretrain_job_is_the_run_folder_and_both_command_lines(tmp_path):
     root = str(tmp_path / "x")
     stage = PretrainStageConfig.parse(train_steps=4, eval_every=2, nproc=2)
     job = pretrain_job(stage, root, f"{root}/tokens", str(tokenizer))
-    assert job.run_dir == f"{root}/pretrain/tiny-4steps" and job.hf_root == f"{job.run_dir}/hf-checkpoints"
-    assert job.train == stage.train_arguments(job.run_dir, f"{root}/tokens", str(tokenizer.parent))
+    # The first seed's run (1234); another seed, another folder.
+    assert (
+        job.run_dir == f"{root}/pretrain/tiny-4steps-seed1234"
+        and job.hf_root == f"{job.run_dir}/hf-checkpoints"
+    )
+    assert job.train == stage.train_arguments(job.run_dir, f"{root}/tokens", str(tokenizer.parent), 1234)
+    assert pretrain_job(stage, root, "t", str(tokenizer), seed=1235).run_dir.endswith("/tiny-4steps-seed1235")
     assert job.export == ["export", "--checkpoint", job.run_dir, "--out", job.hf_root, "--every-checkpoint"]
     assert job.launcher[:2] == ["torchrun", "--standalone"]
     assert pretrain_job(stage, root, "t", str(tokenizer), "mine").run_dir.endswith("/pretrain/mine")
     result = pretrain_result(job, {"ok": 1}, {"checkpoints": [{"out": "a"}, {"out": "b"}]})
-    assert (result["hf_dir"], result["checkpoints"], result["root"]) == ("b", ["a", "b"], root)
+    assert (result["hf_dir"], result["checkpoints"], result["root"], result["seed"]) == (
+        "b",
+        ["a", "b"],
+        root,
+        1234,
+    )
     assert pretrain_result(job, None, None)["hf_dir"] == job.hf_root
 
 
@@ -48,6 +58,10 @@ def test_evaluation_scores_and_arguments(tmp_path):
     assert suite_arguments(models[:1], "local", "out", "cpu", 8, "", ["--x"]) == [
         "--model-dir", models[0], "--suite", "local", "--out-dir", "out", "--device", "cpu", "--limit", 8, "--x",
     ]  # fmt: skip
+    assert suite_arguments(models[:1], "local", "out", "cpu", reference="ref.jsonl")[-2:] == [
+        "--reference",
+        "ref.jsonl",
+    ]
 
 
 def test_extraction_benchmark_arguments():

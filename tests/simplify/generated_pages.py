@@ -3,7 +3,9 @@
 Used by the differential test against upstream ``mineru-html`` (``test_upstream_differential.py``): end
 tags left to the parser (every element whose end tag may be omitted), whitespace around void elements,
 inline elements holding nothing or only whitespace, malformed tag and attribute names, misnested
-formatting elements, and markup inside ``<select>``.
+formatting elements, and markup inside ``<select>``; and, drawn from a second seeded stream so that the
+pages above stay as they were (issue 55), hidden elements whose tails upstream moves into a void element,
+raw-text elements, and a link left open above eight or more blocks.
 """
 
 from __future__ import annotations
@@ -142,7 +144,68 @@ def _misnested(chooser: random.Random, inner: str) -> str:
     )
 
 
+_HIDDEN = (
+    "<span style='display:none'>h</span>",
+    "<i style='opacity:0'></i>",
+    "<b style='visibility:hidden'>v</b>",
+    "<div style='display: none'>d</div>",
+)
+
+
+def _hidden_tails(chooser: random.Random, inner: str) -> str:
+    """A hidden element whose tail upstream appends to the previous sibling (its text, when it has no tail)."""
+    t = lambda: _text(chooser)  # noqa: E731
+    s = lambda: _space(chooser)  # noqa: E731
+    h = lambda: chooser.choice(_HIDDEN)  # noqa: E731
+    void = chooser.choice(("<br>", "<img src=x alt=y>", "<img>", "<input type=text>", "<hr>", "<wbr>"))
+    return chooser.choice(
+        (
+            f"<table><tr><td>{t()}<br>{h()}{t()}<br>{h()}{t()}<br>{t()}<span> </span></td><td>{t()}</td></tr>"
+            f"<tr><td>{t()}</td><td>{t()}{void}{h()}{s()}</td></tr></table>",
+            f"<figure>{s()}<img src=x alt=y>{h()}{s()}</figure>",
+            f"<div>{t()}{void}{h()}{t()}</div>",
+            f"<p>{t()}{void}{h()}{s()}{t()}{h()}{s()}</p>",
+            f"<div>{void}{h()}{s()}{inner}</div>",
+            f"<ul><li>{void}{h()}{s()}</li><li>{t()}</li></ul>",
+            f"<div><a href=x></a>{h()}{s()}{h()}{t()}<a href=y>{t()}</a></div>",
+            f"<div>{h()}{s()}{inner}{h()}</div>",
+            f"<li>{s()}<a href=x>{void}{h()}{s()}</a>{s()}</li>",
+        )
+    )
+
+
+def _raw_text(chooser: random.Random, inner: str) -> str:
+    """Elements libxml2 reads as raw text: upstream's round trip escapes their text once more, and Modest
+    decodes their character references when the text holds an end tag."""
+    t = lambda: _text(chooser)  # noqa: E731
+    tag = chooser.choice(("noframes", "noembed", "xmp"))
+    return chooser.choice(
+        (
+            f'<{tag}><a href="x">{t()}</a> &amp; {t()}</{tag}>',
+            f"<div><{tag}>{t()} <b>{t()}</b> &lt;x&gt;</{tag}>{inner}</div>",
+            f"<p>{t()}<{tag}>{t()}</{tag}>{t()}</p>",
+            f"<{tag}>&lt;a href=x&gt;{t()} &amp; &copy;</{tag}>{inner}",
+        )
+    )
+
+
+def _link_left_open(chooser: random.Random, inner: str) -> str:
+    """A link left open above seven or eight blocks when the next ``<a>`` starts (Modest's limit at eight)."""
+    t = lambda: _text(chooser)  # noqa: E731
+    s = lambda: _space(chooser)  # noqa: E731
+    depth = chooser.choice((7, 8, 8))
+    opened, closed = "<div>" * depth, "</div>" * depth
+    return chooser.choice(
+        (
+            f"<a class=c href=x>{t()}{opened}<a class=l href=y></a><div>{s()}<a href=z>{t()}</a></div>{closed}",
+            f"<a class=c href=x>{opened}<a class=l href=y>{t()}</a><p>{t()} <a>{t()}</a></p>{closed}",
+            f"<div><a class=m href=x>{t()}</div> {opened}<a href=y>{t()}</a>{closed}{inner}",
+        )
+    )
+
+
 _KINDS = (_omitted_end_tags, _void_whitespace, _empty_inline, _malformed, _misnested)
+_ISSUE_55_KINDS = (_hidden_tails, _raw_text, _link_left_open)
 _CONTAINERS = ("div", "section", "article", "figure", "td", "li", "span", "form", "header", "blockquote")
 
 
@@ -161,6 +224,11 @@ def generated_page(seed: int) -> str:
     """One page: a few fragments (``seed`` decides them all), some wrapped in containers."""
     chooser = random.Random(seed)
     parts = [_fragment(chooser, chooser.randint(1, 3)) for _ in range(chooser.randint(2, 6))]
+    # A stream of its own, so the draws above (the pages before issue 55) are unchanged.
+    later = random.Random(f"issue-55:{seed}")
+    if later.random() < 0.5:
+        kind = later.choice(_ISSUE_55_KINDS)
+        parts.insert(later.randint(0, len(parts)), kind(later, _fragment(later, later.randint(0, 1))))
     separator = lambda: chooser.choice(("", "\n", " ", f"<p>{_text(chooser)}</p>"))  # noqa: E731
     body = "".join(part + separator() for part in parts)
     if chooser.random() < 0.2:

@@ -144,7 +144,7 @@ def test_killed_extract_run_resumes_to_the_same_output(reference_run, tmp_path):
 
 def test_a_shard_that_crashes_publishes_nothing(tmp_path, monkeypatch):
     warc = str(SAMPLE_BASE / next(iter(MANIFEST["files"])))
-    real_page_row = simplify_module._page_row
+    real_page_row = simplify_module.page_row
     calls = []
 
     def crash_on_tenth(*args):
@@ -153,7 +153,7 @@ def test_a_shard_that_crashes_publishes_nothing(tmp_path, monkeypatch):
             raise MemoryError("worker ran out of memory")
         return real_page_row(*args)
 
-    monkeypatch.setattr(simplify_module, "_page_row", crash_on_tenth)
+    monkeypatch.setattr(simplify_module, "page_row", crash_on_tenth)
     with pytest.raises(MemoryError):
         simplify_shard(str(tmp_path), 0, [warc])
     monkeypatch.undo()

@@ -6,12 +6,9 @@ end of the main run is likely not, whatever it looks like by itself.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
-if TYPE_CHECKING:
-    from dripper.labelers.cpu.features import PageFeatures
+from dripper.labelers.cpu.feature_table import PageFeatures
 
 __all__ = ["CONTEXT_FEATURE_NAMES", "CONTEXT_LEVELS", "context_features"]
 

@@ -8,7 +8,8 @@ by the block's containers, repeated structures, and the same statistics for neig
 
 :func:`page_features` gives the first-stage matrix: the character statistics of ``text_stats.py``, the
 class words of ``vocabulary.py``, the page-structure features of ``structure.py`` (templates that repeat,
-the Readability-style top candidate and the main run's extent) and the layout below.
+the Readability-style top candidate and the main run's extent) and the block's own layout, in the columns
+that ``feature_table.py`` lays out (:data:`FEATURE_NAMES`, :class:`PageFeatures`; both re-exported here).
 :func:`~dripper.labelers.cpu.context.context_features` (re-exported here) adds, for the second stage,
 the first stage's probabilities of the block's neighbours and containers.
 """
@@ -17,12 +18,21 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
 
 import numpy as np
 from lxml import etree
 
 from dripper.labelers.cpu.context import CONTEXT_FEATURE_NAMES, CONTEXT_LEVELS, context_features
+from dripper.labelers.cpu.feature_table import (
+    CONTAINER_LEVELS,
+    CONTAINER_NAMES,
+    FEATURE_INDEX,
+    FEATURE_NAMES,
+    NEIGHBOUR_NAMES,
+    NEIGHBOUR_OFFSETS,
+    SUBTREE_NAMES,
+    PageFeatures,
+)
 from dripper.labelers.cpu.structure import STRUCTURE_FEATURE_NAMES, PageStructure, structure_features
 from dripper.labelers.cpu.text_stats import TEXT_STAT_NAMES, WORD, text_stats
 from dripper.labelers.cpu.vocabulary import (
@@ -51,101 +61,9 @@ __all__ = [
     "page_features",
 ]
 
-# -- feature layout ---------------------------------------------------------------------------------------
-
-#: Neighbour offsets whose block statistics are copied as features.
-NEIGHBOUR_OFFSETS = (-3, -2, -1, 1, 2, 3)
-#: Ancestor levels (1 = parent) whose container statistics are features.
-CONTAINER_LEVELS = (1, 2, 3, 4, 5, 6)
-
-_SUBTREE_NAMES = (
-    "n_links",
-    "link_share",
-    "n_images",
-    "n_list_items",
-    "n_cells",
-    "n_form_controls",
-    "n_breaks",
-)
-_NEIGHBOUR_NAMES = ("log_length", "link_share", "sentence_punct_share", "is_heading", "tree_distance")
-_CONTAINER_NAMES = ("text_share", "dense_share", "block_share", "link_share", "log_children")
-
-FEATURE_NAMES: tuple[str, ...] = (
-    *(f"tag_{tag}" for tag in BLOCK_TAGS),
-    "tag_other",
-    "log_length",
-    "chars_page_share",
-    "chars_rank",
-    "log_length_vs_page",
-    "chars_vs_max",
-    *TEXT_STAT_NAMES,
-    *_SUBTREE_NAMES,
-    "markup_per_char",
-    "log_markup_tags",
-    "empty_text",
-    "depth",
-    "depth_vs_page",
-    "position",
-    "position_chars",
-    "duplicate_text_count",
-    "signature_count_log",
-    "signature_text_share",
-    "signature_dense_share",
-    "title_overlap",
-    "after_first_h1",
-    "blocks_from_first_h1",
-    "dense",
-    "dense_before",
-    "blocks_to_dense",
-    *(f"kw_{group}" for group in GROUP_NAMES),
-    *(f"kw_self_{group}" for group in GROUP_NAMES),
-    *(f"anc_{tag}" for tag in SEMANTIC_TAGS),
-    *(f"c{level}_{name}" for level in CONTAINER_LEVELS for name in _CONTAINER_NAMES),
-    "best_container_inside",
-    "best_container_distance",
-    *(f"n{offset:+d}_{name}" for offset in NEIGHBOUR_OFFSETS for name in _NEIGHBOUR_NAMES),
-    "page_log_blocks",
-    "page_log_length",
-    "page_link_share",
-    "page_dense_share",
-    "page_n_articles",
-    "page_n_h1",
-    "page_heading_share",
-    "page_max_share",
-    *STRUCTURE_FEATURE_NAMES,
-)
-_FEATURE_COLUMNS = {name: index for index, name in enumerate(FEATURE_NAMES)}
-_INDEX = {name: index for index, name in enumerate(FEATURE_NAMES)}
 # The item ids as attribute values (each with getparent()): a third faster than selecting the elements.
 _ITEM_IDS = etree.XPath(f"//@{ITEM_ID_ATTR}")
 _SUBTREE_TAGS = ("a", "img", "li", "td", "th", "input", "button", "select", "textarea", "br")
-
-
-@dataclass(slots=True)
-class PageFeatures:
-    """The features of one page's blocks and the structure the second stage aggregates over.
-
-    Attributes:
-        values: ``(n_blocks, len(FEATURE_NAMES))`` float32 first-stage features.
-        chars: ``(n_blocks,)`` characters of visible text per block.
-        containers: ``(n_blocks, len(CONTEXT_LEVELS))`` page-local ids of the block's ancestor at each level
-            (blocks sharing an id share that container; ``-1`` above the root).
-        signatures: ``(n_blocks,)`` page-local ids of the block's structural signature (tag and class
-            words of the block and its parent): repeated items share one.
-    """
-
-    values: np.ndarray
-    chars: np.ndarray
-    containers: np.ndarray
-    signatures: np.ndarray
-
-    @property
-    def n_blocks(self) -> int:
-        return int(self.values.shape[0])
-
-    def column(self, name: str) -> np.ndarray:
-        """The first-stage feature ``name`` (one of :data:`FEATURE_NAMES`) of every block."""
-        return self.values[:, _FEATURE_COLUMNS[name]]
 
 
 def _title_tokens(root) -> set[str]:
@@ -211,7 +129,7 @@ def page_features(page: SimplifiedPage) -> PageFeatures:
     container_tags: list[str] = []
     above: list[list[int]] = []  # per container: its own ancestors' ids, nearest first
     tags: list[str] = []
-    subtree = np.zeros((n, len(_SUBTREE_NAMES)), dtype=np.float64)
+    subtree = np.zeros((n, len(SUBTREE_NAMES)), dtype=np.float64)
     visible = (chars - spaces).tolist()
     for index, (block, element) in enumerate(zip(blocks, given, strict=True)):
         block_elements.append(element)
@@ -277,29 +195,31 @@ def page_features(page: SimplifiedPage) -> PageFeatures:
     tag_columns = np.array([BLOCK_TAG_INDEX.get(tag, len(BLOCK_TAGS)) for tag in tags])
     values[np.arange(n), tag_columns] = 1.0
     log_chars = np.log1p(length)
-    column[_INDEX["log_length"]] = log_chars
-    column[_INDEX["chars_page_share"]] = chars / total_chars
-    column[_INDEX["chars_rank"]] = np.argsort(np.argsort(chars, kind="stable"), kind="stable") / max(n - 1, 1)
-    column[_INDEX["log_length_vs_page"]] = log_chars - log_chars.mean()
-    column[_INDEX["chars_vs_max"]] = chars / (chars.max() or 1.0)
-    start = _INDEX[TEXT_STAT_NAMES[0]]
+    column[FEATURE_INDEX["log_length"]] = log_chars
+    column[FEATURE_INDEX["chars_page_share"]] = chars / total_chars
+    column[FEATURE_INDEX["chars_rank"]] = np.argsort(np.argsort(chars, kind="stable"), kind="stable") / max(
+        n - 1, 1
+    )
+    column[FEATURE_INDEX["log_length_vs_page"]] = log_chars - log_chars.mean()
+    column[FEATURE_INDEX["chars_vs_max"]] = chars / (chars.max() or 1.0)
+    start = FEATURE_INDEX[TEXT_STAT_NAMES[0]]
     values[:, start : start + len(TEXT_STAT_NAMES)] = stats
-    start = _INDEX[_SUBTREE_NAMES[0]]
-    values[:, start : start + len(_SUBTREE_NAMES)] = subtree
+    start = FEATURE_INDEX[SUBTREE_NAMES[0]]
+    values[:, start : start + len(SUBTREE_NAMES)] = subtree
     markup_tags = np.array([block.simplified_html.count("<") for block in blocks], dtype=np.float64)
     markup = np.array([len(block.simplified_html) for block in blocks], dtype=np.float64)
-    column[_INDEX["markup_per_char"]] = markup / (chars + 10.0)
-    column[_INDEX["log_markup_tags"]] = np.log1p(markup_tags)
-    column[_INDEX["empty_text"]] = chars == 0
-    column[_INDEX["depth"]] = depths
-    column[_INDEX["depth_vs_page"]] = depths - np.median(depths)
-    column[_INDEX["position"]] = np.arange(n) / max(n - 1, 1)
-    column[_INDEX["position_chars"]] = np.concatenate(([0.0], np.cumsum(chars)[:-1])) / total_chars
+    column[FEATURE_INDEX["markup_per_char"]] = markup / (chars + 10.0)
+    column[FEATURE_INDEX["log_markup_tags"]] = np.log1p(markup_tags)
+    column[FEATURE_INDEX["empty_text"]] = chars == 0
+    column[FEATURE_INDEX["depth"]] = depths
+    column[FEATURE_INDEX["depth_vs_page"]] = depths - np.median(depths)
+    column[FEATURE_INDEX["position"]] = np.arange(n) / max(n - 1, 1)
+    column[FEATURE_INDEX["position_chars"]] = np.concatenate(([0.0], np.cumsum(chars)[:-1])) / total_chars
 
     text_counts: dict[str, int] = {}
     for text in texts:
         text_counts[text] = text_counts.get(text, 0) + 1
-    column[_INDEX["duplicate_text_count"]] = [text_counts[text] if text else 0 for text in texts]
+    column[FEATURE_INDEX["duplicate_text_count"]] = [text_counts[text] if text else 0 for text in texts]
     # Class/id/role words, templates and body markup of the containers and block elements, in one pass
     # over each element's attributes.
     templates: dict[str, int] = {}
@@ -318,9 +238,11 @@ def page_features(page: SimplifiedPage) -> PageFeatures:
         ],
         dtype=np.int32,
     )
-    column[_INDEX["signature_count_log"]] = np.log(np.bincount(signatures)[signatures])
-    column[_INDEX["signature_text_share"]] = np.bincount(signatures, weights=chars)[signatures] / total_chars
-    column[_INDEX["signature_dense_share"]] = (
+    column[FEATURE_INDEX["signature_count_log"]] = np.log(np.bincount(signatures)[signatures])
+    column[FEATURE_INDEX["signature_text_share"]] = (
+        np.bincount(signatures, weights=chars)[signatures] / total_chars
+    )
+    column[FEATURE_INDEX["signature_dense_share"]] = (
         np.bincount(signatures, weights=dense_chars)[signatures] / total_dense
     )
     title = _title_tokens(root)
@@ -333,23 +255,23 @@ def page_features(page: SimplifiedPage) -> PageFeatures:
                 overlap.append(shared / max(len(words) + len(title) - shared, 1))  # Jaccard
             else:
                 overlap.append(0.0)
-        column[_INDEX["title_overlap"]] = overlap
+        column[FEATURE_INDEX["title_overlap"]] = overlap
     first_h1 = next((index for index, tag in enumerate(tags) if tag == "h1"), -1)
     if first_h1 >= 0:
-        column[_INDEX["after_first_h1"]] = np.sign(np.arange(n) - first_h1)
-        column[_INDEX["blocks_from_first_h1"]] = (np.arange(n) - first_h1) / n
-    column[_INDEX["dense"]] = dense
+        column[FEATURE_INDEX["after_first_h1"]] = np.sign(np.arange(n) - first_h1)
+        column[FEATURE_INDEX["blocks_from_first_h1"]] = (np.arange(n) - first_h1) / n
+    column[FEATURE_INDEX["dense"]] = dense
     # Where the running text is: the share of it before the block, and how far the nearest dense block is.
-    column[_INDEX["dense_before"]] = (np.cumsum(dense_chars) - dense_chars) / total_dense
+    column[FEATURE_INDEX["dense_before"]] = (np.cumsum(dense_chars) - dense_chars) / total_dense
     dense_at = np.flatnonzero(dense)
     if dense_at.size:
         slots = np.searchsorted(dense_at, np.arange(n))
         left = dense_at[np.clip(slots - 1, 0, dense_at.size - 1)]
         right = dense_at[np.clip(slots, 0, dense_at.size - 1)]
         nearest = np.minimum(np.abs(np.arange(n) - left), np.abs(right - np.arange(n)))
-        column[_INDEX["blocks_to_dense"]] = np.log1p(nearest)
+        column[FEATURE_INDEX["blocks_to_dense"]] = np.log1p(nearest)
     else:
-        column[_INDEX["blocks_to_dense"]] = -1.0
+        column[FEATURE_INDEX["blocks_to_dense"]] = -1.0
 
     # Class/id/role vocabulary and semantic tags of the block and its ancestors, nearest first, as
     # 1 / (1 + distance) of the nearest match.
@@ -365,9 +287,9 @@ def page_features(page: SimplifiedPage) -> PageFeatures:
     path_bits[:, 0] = block_bits
     path_semantic[:, 0] = [SEMANTIC_BIT.get(tag, 0) for tag in tags]
     nearness = 1.0 / (1.0 + np.arange(width))
-    _nearest_match(path_bits, n_groups, nearness, values, _INDEX[f"kw_{GROUP_NAMES[0]}"])
-    _nearest_match(path_semantic, n_semantic, nearness, values, _INDEX[f"anc_{SEMANTIC_TAGS[0]}"])
-    start = _INDEX[f"kw_self_{GROUP_NAMES[0]}"]
+    _nearest_match(path_bits, n_groups, nearness, values, FEATURE_INDEX[f"kw_{GROUP_NAMES[0]}"])
+    _nearest_match(path_semantic, n_semantic, nearness, values, FEATURE_INDEX[f"anc_{SEMANTIC_TAGS[0]}"])
+    start = FEATURE_INDEX[f"kw_self_{GROUP_NAMES[0]}"]
     values[:, start : start + n_groups] = (path_bits[:, :1] >> np.arange(n_groups)) & 1
 
     # Containers at fixed levels: padded matrix of ancestor ids (-1 above the root).
@@ -378,7 +300,7 @@ def page_features(page: SimplifiedPage) -> PageFeatures:
     child_counts = np.array([len(node) for node in container_nodes], dtype=np.float64)
     page_link = float(link_chars.sum()) / total_chars
     for level in CONTAINER_LEVELS:
-        base = _INDEX[f"c{level}_{_CONTAINER_NAMES[0]}"]
+        base = FEATURE_INDEX[f"c{level}_{CONTAINER_NAMES[0]}"]
         ids = ancestors[:, level - 1]
         valid = ids >= 0
         safe = np.where(valid, ids, 0)
@@ -396,8 +318,8 @@ def page_features(page: SimplifiedPage) -> PageFeatures:
         distance = np.full(n, -1.0)  # a chain holds each container at most once
         holds = pair_container == best
         distance[pair_block[holds]] = pair_distance[holds] + 1
-        column[_INDEX["best_container_inside"]] = distance > 0
-        column[_INDEX["best_container_distance"]] = distance
+        column[FEATURE_INDEX["best_container_inside"]] = distance > 0
+        column[FEATURE_INDEX["best_container_distance"]] = distance
 
     # Neighbours: a few statistics of the blocks around, and the tree distance to them (edges through the
     # lowest common ancestor, from root-first paths padded so that no padding matches).
@@ -407,7 +329,7 @@ def page_features(page: SimplifiedPage) -> PageFeatures:
     root_first[pair_block, chain_lengths[pair_block] - 1 - pair_distance] = pair_container
     root_first_other = np.where(root_first == -2, -3, root_first)
     for offset in NEIGHBOUR_OFFSETS:
-        base = _INDEX[f"n{offset:+d}_{_NEIGHBOUR_NAMES[0]}"]
+        base = FEATURE_INDEX[f"n{offset:+d}_{NEIGHBOUR_NAMES[0]}"]
         block = np.full((n, 5), -1.0)
         if abs(offset) < n:
             this = slice(max(0, -offset), n - max(0, offset))
@@ -418,14 +340,14 @@ def page_features(page: SimplifiedPage) -> PageFeatures:
             block[this, 4] = depths[this] + depths[other] - 2 * common + 2
         values[:, base : base + 5] = block
 
-    column[_INDEX["page_log_blocks"]] = math.log1p(n)
-    column[_INDEX["page_log_length"]] = math.log1p(float(length.sum()))
-    column[_INDEX["page_link_share"]] = page_link
-    column[_INDEX["page_dense_share"]] = float(dense_chars.sum()) / total_chars
-    column[_INDEX["page_n_articles"]] = math.log1p(sum(1 for _ in root.iter("article")))
-    column[_INDEX["page_n_h1"]] = sum(tag == "h1" for tag in tags)
-    column[_INDEX["page_heading_share"]] = float(is_heading.mean())
-    column[_INDEX["page_max_share"]] = float(chars.max()) / total_chars
+    column[FEATURE_INDEX["page_log_blocks"]] = math.log1p(n)
+    column[FEATURE_INDEX["page_log_length"]] = math.log1p(float(length.sum()))
+    column[FEATURE_INDEX["page_link_share"]] = page_link
+    column[FEATURE_INDEX["page_dense_share"]] = float(dense_chars.sum()) / total_chars
+    column[FEATURE_INDEX["page_n_articles"]] = math.log1p(sum(1 for _ in root.iter("article")))
+    column[FEATURE_INDEX["page_n_h1"]] = sum(tag == "h1" for tag in tags)
+    column[FEATURE_INDEX["page_heading_share"]] = float(is_heading.mean())
+    column[FEATURE_INDEX["page_max_share"]] = float(chars.max()) / total_chars
     structure = PageStructure(
         block_elements=block_elements,
         container_nodes=container_nodes,
@@ -450,7 +372,7 @@ def page_features(page: SimplifiedPage) -> PageFeatures:
         link_share=link_share,
         is_heading=is_heading.astype(bool),
     )
-    start = _INDEX[STRUCTURE_FEATURE_NAMES[0]]
+    start = FEATURE_INDEX[STRUCTURE_FEATURE_NAMES[0]]
     values[:, start : start + len(STRUCTURE_FEATURE_NAMES)] = structure_features(structure)
     return PageFeatures(values, chars.astype(np.float32), containers, signatures)
 
