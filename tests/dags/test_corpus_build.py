@@ -13,8 +13,9 @@ from tests.dags import DAGS_DIR, SAMPLE, dag_run_xcoms, expected_pages, xcom_val
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def corpus_build():
+    """The DAG parsed afresh for each test: ``dag.test`` keeps a run's trigger values in the DAG's params."""
     from airflow.dag_processing.dagbag import DagBag
 
     bag = DagBag(str(DAGS_DIR / "corpus_build.py"))
@@ -187,8 +188,6 @@ def test_corpus_build_in_one_pass_gives_the_markdown_of_dripper_extract(airflow_
         "warc_count": 1,
         "seed": 0,
         "extractor": "cpu",
-        # The form's default, given because dag.test keeps an earlier test's trigger values for the DAG.
-        "extract_one_pass": "auto",
         "storage_root": str(tmp_path / "runs"),
         "simplify_workers": 0,
         "extract_workers": 0,
