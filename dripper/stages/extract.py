@@ -47,9 +47,8 @@ from dripper.labelers.base import BlockLabeler
 from dripper.stages.records import CARRIED
 from dripper.stages.runner import (
     ShardTask,
-    StageError,
     StageReport,
-    record_stage_run,
+    finish_stage,
     run_shard_tasks,
     run_streaming_shard,
 )
@@ -413,18 +412,13 @@ def extract_shards(
         force=force,
         worker_cleanup=close_stage_extractors,
     )
-    report = StageReport(
-        stage=stage,
-        root=output_root,
-        shards=len(shards),
-        written=sum(r.status == "written" for r in results),
-        skipped=sum(r.status == "skipped" for r in results),
-        failed=failures,
-        wall_seconds=time.perf_counter() - started,
-    )
-    record_stage_run(
+    return finish_stage(
+        stage,
         output_root,
-        report,
+        results,
+        failures,
+        shards=len(shards),
+        started=started,
         expected_shards=max(shards) + 1 if expected is None else expected,
         storage_options=storage_options,
         parameters={
@@ -433,10 +427,8 @@ def extract_shards(
             "input_root": str(input_root),
             "config": config.model_dump(mode="json"),
         },
+        raise_on_failure=raise_on_failure,
     )
-    if failures and raise_on_failure:
-        raise StageError(report)
-    return report
 
 
 def _expected_simplified(stage: ShardWriter) -> int | None:

@@ -43,9 +43,8 @@ from dripper.stages.extract import (
 from dripper.stages.records import item_from_prepared
 from dripper.stages.runner import (
     ShardTask,
-    StageError,
     StageReport,
-    record_stage_run,
+    finish_stage,
     run_shard_tasks,
     run_streaming_shard,
 )
@@ -253,18 +252,13 @@ def one_pass_shards(
         force=force,
         worker_cleanup=close_stage_extractors,
     )
-    report = StageReport(
-        stage=EXTRACTED_STAGE,
-        root=output_root,
-        shards=len(tasks),
-        written=sum(r.status == "written" for r in results),
-        skipped=sum(r.status == "skipped" for r in results),
-        failed=failures,
-        wall_seconds=time.perf_counter() - started,
-    )
-    record_stage_run(
+    return finish_stage(
+        EXTRACTED_STAGE,
         output_root,
-        report,
+        results,
+        failures,
+        shards=len(tasks),
+        started=started,
         expected_shards=max((index for index, _ in shards), default=-1) + 1,
         storage_options=storage_options,
         parameters={
@@ -275,7 +269,5 @@ def one_pass_shards(
             "config": config.model_dump(mode="json"),
             "simplify_config": simplify_config.model_dump(mode="json"),
         },
+        raise_on_failure=raise_on_failure,
     )
-    if failures and raise_on_failure:
-        raise StageError(report)
-    return report

@@ -460,3 +460,36 @@ def record_stage_run(
     )
     report.summary = summary["stages"].get(report.stage, {})
     return summary
+
+
+def finish_stage(
+    stage: str,
+    root: str,
+    results: Sequence[ShardResult],
+    failures: dict[int, str],
+    *,
+    shards: int,
+    started: float,
+    expected_shards: int,
+    storage_options: dict[str, Any] | None = None,
+    parameters: dict[str, Any] | None = None,
+    raise_on_failure: bool = True,
+) -> StageReport:
+    """The report of a stage's shard tasks (``started``: its ``time.perf_counter()`` at the start), recorded
+    with :func:`record_stage_run`; raises :class:`StageError` after recording when a shard failed and
+    ``raise_on_failure``."""
+    report = StageReport(
+        stage=stage,
+        root=root,
+        shards=shards,
+        written=sum(r.status == "written" for r in results),
+        skipped=sum(r.status == "skipped" for r in results),
+        failed=failures,
+        wall_seconds=time.perf_counter() - started,
+    )
+    record_stage_run(
+        root, report, expected_shards=expected_shards, storage_options=storage_options, parameters=parameters
+    )
+    if failures and raise_on_failure:
+        raise StageError(report)
+    return report
