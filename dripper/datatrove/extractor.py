@@ -81,8 +81,9 @@ class PageOutcome:
     routed: bool | None
 
 
-class _Timeout(Exception):
-    """A batch or a document went past its time bound (``signal`` sandbox)."""
+class _Timeout(BaseException):
+    """A batch or a document went past its time bound (``signal`` sandbox). A ``BaseException``, so that the
+    pipeline's ``except Exception`` (a page the simplifier cannot take goes to the fallback) lets it through."""
 
 
 class ExtractorBuildError(RuntimeError):
