@@ -33,7 +33,6 @@ from dripper.io.storage import join_path
 from dripper.labelers.base import BlockLabeler
 from dripper.stages.extract import (
     EXTRACTED_STAGE,
-    build_stage_labeler,
     cached_extractor,
     close_stage_extractors,
     extract_items,
@@ -72,25 +71,21 @@ def _one_pass_extractor(spec: Any, labeler: BlockLabeler | None, batch_size: int
     """The spec's pipeline, its cascade included (built once per process, as the extract stage's)."""
     if spec.route is None:
         return stage_extractor(spec, labeler, batch_size, score_routes=False)
-    from dripper.labelers.base import build_labeler
     from dripper.pipeline import ExtractOptions, Extractor, Route
     from dripper.routing import RoutePolicy
 
-    options = ExtractOptions(
-        fallback=spec.fallback, fallback_on_empty=spec.fallback_on_empty, batch_size=batch_size
-    )
+    options = ExtractOptions(batch_size=batch_size)
+    if labeler is None:
+        key = json.dumps(["one_pass", spec.to_dict(), batch_size], sort_keys=True, default=str)
+        return cached_extractor(key, lambda: Extractor.from_spec(spec, options))
+    # An instance in place of the spec's first labeler (in-process runs): the spec's fallback and route.
+    from dataclasses import replace
 
-    def build() -> Any:
-        first = labeler or build_stage_labeler(spec.labeler, spec.options)
-        policy = RoutePolicy(share=spec.route.share, below=spec.route.below)
-        return Extractor(
-            first, options, Route(build_labeler(spec.route.labeler, **spec.route.options), policy)
-        )
+    from dripper.labelers.base import build_labeler
 
-    if labeler is not None:
-        return build()
-    key = json.dumps(["one_pass", spec.to_dict(), batch_size], sort_keys=True, default=str)
-    return cached_extractor(key, build)
+    options = replace(options, fallback=spec.fallback, fallback_on_empty=spec.fallback_on_empty)
+    policy = RoutePolicy(share=spec.route.share, below=spec.route.below)
+    return Extractor(labeler, options, Route(build_labeler(spec.route.labeler, **spec.route.options), policy))
 
 
 def _count_routes(batch: Any, stats: ShardStats) -> None:

@@ -90,3 +90,30 @@ def test_the_choice_between_one_pass_and_two(tmp_path):
     marker.parent.mkdir()
     marker.write_text("{}")
     assert not chooses_one_pass(cpu, str(tmp_path))
+
+
+def test_a_cascade_in_one_pass_routes_its_share(tmp_path, capsys):
+    """A cascade whose second labeler needs no GPU runs in one pass: every page a row, the least sure share
+    labelled by the second labeler, the routing counted in the shard's stats."""
+    warc = resolve_warc_inputs(SAMPLE_SNAPSHOT)[0]
+    spec = {"name": "casc", "labeler": "cpu", "route": {"labeler": "trafilatura", "share": 0.3}}
+    out = tmp_path / "run"
+    _run(
+        capsys,
+        "extract",
+        "--input",
+        warc,
+        "--extractor",
+        json.dumps(spec),
+        "--workers",
+        "0",
+        "--output",
+        str(out),
+    )
+    assert not (out / "simplified").exists()
+    rows = read_stage(str(out / "extractors" / "casc"), "extracted")
+    assert len(rows) == len(list(iter_warc_pages(warc)))
+    summary = json.loads((out / "extractors" / "casc" / "_run_summary.json").read_text())
+    counters = summary["stages"]["extracted"]["counters"]
+    assert 0 < counters["route:pages_routed"] <= round(0.3 * counters["route:pages_scored"]) + 1
+    assert sum(row["extractor"] == "dripper:trafilatura" for row in rows) > 0
