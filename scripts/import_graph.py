@@ -36,6 +36,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "dripper.prompt",
         "dripper.decode",
         "dripper.io",
+        "dripper.sandbox",
     ),
     ("dripper.config",),
     (

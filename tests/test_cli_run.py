@@ -49,29 +49,29 @@ def test_the_sample_from_warcs_to_the_report_with_dripper_commands(tmp_path, cap
     layout = RunLayout(root)
     _run(capsys, "simplify", "--input", f"snapshot:CC-MAIN-SAMPLE@{SAMPLE}", "--warc-count", "1", "--output", root,
          "--workers", "0", "--quiet")  # fmt: skip
-    for name in ("cpu", "trafilatura"):
+    arms = ("cpu", "fineweb", "dclm")  # ours and the baselines as FineWeb's and DCLM's extraction ran them
+    for name in arms:
         report = _run(capsys, "extract", "--input", root, "--extractor", name, "--quiet")
         assert report["root"] == layout.extractor(name).root and report["written"] == 1
         refine = _run(capsys, "refine", "--input", root, "--extractor", name, "--tasks", "1", "--workers", "1",
-                      "--steps", "language,minhash", "--quiet")  # fmt: skip
+                      "--steps", "language,decontaminate,minhash", "--quiet")  # fmt: skip
         assert refine["documents_out"] > 0
         tokens = _run(
             capsys, "tokenize", "--input", root, "--extractor", name, "--tokenizer", tokenizer, "--quiet"
         )
         assert tokens["documents"] == refine["documents_out"]
-    # Both arms, two seeds each, on one token budget (4 steps of 4 x 64 tokens) and their corpora cut to the
-    # smaller one's tokens: four runs, each in its own folder.
-    trained = _run(capsys, "pretrain", "--input", root, "--extractor", "cpu", "trafilatura", "--tokenizer", tokenizer,
+    # Every arm, two seeds each, on one token budget (4 steps of 4 x 64 tokens) and their corpora cut to the
+    # smallest one's tokens: six runs, each in its own folder.
+    trained = _run(capsys, "pretrain", "--input", root, "--extractor", *arms, "--tokenizer", tokenizer,
                    "--train-tokens", "1024", "--seeds", "1", "2", "--equalize-corpora", "--eval-every", "2",
                    "--device", "cpu", "--quiet")  # fmt: skip
     smallest = min(
-        json.loads(Path(layout.extractor(name).tokens_summary).read_text())["tokens"]
-        for name in ("cpu", "trafilatura")
+        json.loads(Path(layout.extractor(name).tokens_summary).read_text())["tokens"] for name in arms
     )
     assert [(Path(r["run_dir"]).name, r["data_token_limit"]) for r in trained["runs"]] == [
-        (f"tiny-1024tokens-seed{seed}", smallest) for _ in ("cpu", "trafilatura") for seed in (1, 2)
+        (f"tiny-1024tokens-seed{seed}", smallest) for _ in arms for seed in (1, 2)
     ]
-    for name in ("cpu", "trafilatura"):
+    for name in arms:
         for seed in (1, 2):
             run = f"tiny-1024tokens-seed{seed}"
             assert sorted(p.name for p in Path(layout.extractor(name).hf_checkpoints(run)).iterdir()) == [
@@ -80,25 +80,25 @@ def test_the_sample_from_warcs_to_the_report_with_dripper_commands(tmp_path, cap
             ]
             data = json.loads(Path(layout.extractor(name).pretrain(run), "run.json").read_text())["data"]
             assert data["tokens"] <= smallest and data["train_tokens"] == 1024
-    evaluated = _run(capsys, "evaluate", "--input", root, "--extractor", "cpu", "trafilatura", "--suite", "local",
+    evaluated = _run(capsys, "evaluate", "--input", root, "--extractor", *arms, "--suite", "local",
                      "--limit", "8", "--quiet")  # fmt: skip
-    assert len(evaluated["runs"]) == 4
+    assert len(evaluated["runs"]) == 6
     for run in evaluated["runs"]:  # the early signal: every checkpoint's loss on the held-out reference
         assert all(loss > 0 for loss in run["reference_loss"].values())
     held_out = json.loads(Path(root, "reference", "held_out_summary.json").read_text())
     assert held_out["held_out"] > 0 and held_out["excluded_url"] > 0  # the run's own pages are left out
-    result = _run(capsys, "report", "--input", root, "--extractor", "cpu", "trafilatura", "--name", "cli",
+    result = _run(capsys, "report", "--input", root, "--extractor", *arms, "--name", "cli",
                   "--labelled-limit", "4", "--quiet")  # fmt: skip
     assert result["html"] == f"{layout.ablation('cli')}/report/report.html"
     manifest = json.loads(Path(layout.ablation("cli"), "report", "manifest.json").read_text())
-    assert [e["name"] for e in manifest["extractors"]] == ["cpu", "trafilatura"]
+    assert [e["name"] for e in manifest["extractors"]] == list(arms)
     for entry in manifest["extractors"]:
         folder = layout.extractor(entry["name"])
         assert [run["seed"] for run in entry["runs"]] == [1, 2]
         assert entry["runs"][0]["scores"] == f"{folder.evaluation('tiny-1024tokens-seed1')}/scores.json"
         assert all(len(run["checkpoint_scores"]) == 2 for run in entry["runs"])
     page = Path(result["html"]).read_text(encoding="utf-8")
-    assert "dripper:cpu/md" in page and "dripper:trafilatura/md" in page
+    assert all(f"dripper:{name}/md" in page for name in arms)
     data = json.loads(
         page[page.index('id="report-data">') + 17 : page.index("</script>", page.index('id="report-data">'))]
     )
@@ -108,6 +108,11 @@ def test_the_sample_from_warcs_to_the_report_with_dripper_commands(tmp_path, cap
             arm["budget"]["corpus_tokens"] > smallest
         )
         assert arm["budget"]["epochs"] == pytest.approx(1024 / arm["budget"]["unique_tokens"])
-    assert "reference_loss" in data["comparisons"][0]
+    assert len(data["comparisons"]) == 3 and all("reference_loss" in pair for pair in data["comparisons"])
+    for arm in data["extractors"]:  # decontaminated against the suite it is scored on
+        assert (
+            arm["decontamination"]["suite"] == "local"
+            and "local_text" in arm["decontamination"]["benchmarks"]
+        )
     for section in ("budget", "seeds", "early-signal", "settings"):
         assert f'<section id="{section}">' in page

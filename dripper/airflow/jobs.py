@@ -188,7 +188,7 @@ class PretrainOperator(ModuleJobOperator):
 
         if self.run_on not in ("local", "slurm"):
             raise AirflowFailException(f"{self.task_id}: run_on={self.run_on!r}: use 'local' or 'slurm'")
-        job = self.job()
+        job = self.job(export_in_training=self.run_on == "local")
         self.launcher = job.launcher if self.run_on == "local" else None
         self.argv = job.train
         if self.run_on == "slurm":
@@ -198,7 +198,7 @@ class PretrainOperator(ModuleJobOperator):
         train = super().execute(context)
         return self._export(context, job, train["result"])
 
-    def job(self) -> Any:
+    def job(self, export_in_training: bool = False) -> Any:
         """The training run of the rendered fields (:func:`dripper.runs.jobs.pretrain_job`)."""
         import os
 
@@ -208,7 +208,7 @@ class PretrainOperator(ModuleJobOperator):
         tokens = _local_dir(plan.get("tokens") or self.tokens, "tokens folder")
         root = os.path.dirname(tokens.rstrip("/"))
         return pretrain_job(self.stage_config(), root, tokens, str(self.tokenizer), self.run_name,
-                            plan.get("seed"), plan.get("data_token_limit"))  # fmt: skip
+                            plan.get("seed"), plan.get("data_token_limit"), export_in_training)  # fmt: skip
 
     def execute_slurm_complete(self, context: Any, event: dict[str, Any], **job: Any) -> dict[str, Any]:
         """Resumed when the Slurm training job ended: fail with its log tail, or export as locally."""
@@ -226,6 +226,8 @@ class PretrainOperator(ModuleJobOperator):
     def _export(self, context: Any, job: Any, train: Any) -> dict[str, Any]:
         from dripper.runs.jobs import pretrain_result
 
+        if job.export is None:  # the training process exported its checkpoints
+            return pretrain_result(job, train, (train or {}).get("export"))
         self.launcher, self.argv = None, job.export
         return pretrain_result(job, train, super().execute(context)["result"])
 

@@ -24,8 +24,9 @@ wants many prompts at once; the CPU labeler does not care).
 **Time bounds.** As datatrove's extractors bound each document, so does this step, three ways
 (``sandbox``):
 
-- ``process``: datatrove's own :class:`~datatrove.pipeline.extractors.base.ExtractorSandbox`, a child
-  process holding the extractor, one pipe round trip per *batch* (not per document); a batch over
+- ``process``: a forked child process holding the extractor (:class:`dripper.sandbox.Sandbox`, what
+  datatrove's ``ExtractorSandbox`` does for its extractors, with the child's start bounded apart by
+  ``startup_timeout``), one pipe round trip per *batch* (not per document); a batch over
   ``timeout × documents`` seconds, or a child that dies (out of memory, a crash in a C library), kills the
   child, and the batch's documents are retried one by one, each with ``timeout``; the one that still fails
   is dropped (``dropped:timeout``, ``dropped:broken_process``), the others are kept;
@@ -265,9 +266,10 @@ class DripperExtractor(PipelineStep):
     def _bounded(self):
         """A callable ``items → outcomes | failure reason`` that keeps to the time bound."""
         if self.sandbox == "process":
-            from datatrove.pipeline.extractors.base import ExtractorSandbox
+            from dripper.sandbox import Sandbox
 
-            with ExtractorSandbox(timeout=self.startup_timeout, warmup_text=[]) as sandbox:
+            # The child builds the extractor (an empty batch) before it reports ready, under startup_timeout.
+            with Sandbox(self.extract_pages, start_timeout=self.startup_timeout, warmup=([],)) as sandbox:
                 yield lambda items: self._in_child(sandbox, items)
             return
         if self.sandbox == "signal":
@@ -279,27 +281,21 @@ class DripperExtractor(PipelineStep):
         return self.timeout * len(items)
 
     def _in_child(self, sandbox: Any, items: list[Any]) -> Any:
-        if sandbox.process is None or not sandbox.process.is_alive():
-            # The sandbox waits ``timeout`` for a new child's warm-up (building the extractor) and again for
-            # each answer: start the child under the startup bound first, then bound the batch alone.
-            sandbox.timeout = self.startup_timeout
-            try:
-                sandbox._ensure_process(self.extract_pages)
-            except TimeoutError as error:
-                raise ExtractorBuildError(
-                    f"extractor {self.spec.name!r} did not start within startup_timeout={self.startup_timeout:g} s"
-                ) from error
-        sandbox.timeout = self._budget(items)
+        from dripper.sandbox import ChildError, SandboxDied, SandboxTimeout, SandboxUnavailable
+
         try:
-            return sandbox.process_document(items, self.extract_pages)
-        except ExtractorBuildError:
-            raise
-        except TimeoutError:
+            return _as_outcomes(sandbox.call(items, timeout=self._budget(items)))
+        except SandboxUnavailable as error:
+            raise ExtractorBuildError(
+                f"extractor {self.spec.name!r}: {error} (startup_timeout={self.startup_timeout:g} s; "
+                "sandbox='signal' bounds documents without a child process)"
+            ) from error
+        except SandboxTimeout:
             return "timeout"
-        except EOFError:
+        except SandboxDied:
             return "broken_process"
-        except Exception as error:  # noqa: BLE001 - an error reported by the child
-            log.warning("dripper extractor: %s: %s", type(error).__name__, error)
+        except ChildError as error:
+            log.warning("dripper extractor: %s", error)
             return "error"
 
     def _with_alarm(self, items: list[Any]) -> Any:

@@ -33,6 +33,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from dripper.sandbox import Sandbox, SandboxTimeout, SandboxUnavailable
+
 __all__ = ["DclmExtractor", "FineWebExtractor", "PageExtractor", "PageExtractorTimeout"]
 
 log = logging.getLogger(__name__)
@@ -50,8 +52,8 @@ class PageExtractor(ABC):
     a labeler does (its signature, ``required_options``, :meth:`check_options`), so specs are checked the
     same way, without building it.
 
-    With ``timeout`` (seconds) each page is extracted in a forked child process killed past the deadline,
-    as datatrove's extractor steps do (its ``ExtractorSandbox``); a page over it raises
+    With ``timeout`` (seconds) each page is extracted in a forked child process killed past the deadline
+    (:class:`dripper.sandbox.Sandbox`, as datatrove's extractor steps do); a page over it raises
     :class:`PageExtractorTimeout` from :meth:`extract`. Where no child process can be started (a daemonic
     worker), pages are extracted in this process without a deadline (``stats["sandbox"] == "unavailable"``).
     """
@@ -146,14 +148,16 @@ class PageExtractor(ABC):
             return self.extract_text(html, url)
         if self._sandbox is None:
             self.extract_text("", None)  # import the library here: the forked process inherits it
-            self._sandbox = _Sandbox(self.extract_text, self.timeout, self.START_SECONDS)
+            self._sandbox = Sandbox(self.extract_text, start_timeout=self.START_SECONDS)
         try:
-            return self._sandbox.run(html, url)
-        except _SandboxUnavailable as error:
+            return self._sandbox.call(html, url, timeout=self.timeout)
+        except SandboxUnavailable as error:
             log.warning("%s: %s; extracting without a per-page timeout", self.name, error)
             self._sandbox_failed = True
             self.stats["sandbox"] = "unavailable"
             return self.extract_text(html, url)
+        except SandboxTimeout:
+            raise PageExtractorTimeout(f"extraction ran past timeout={self.timeout:g}s") from None
 
     #: Seconds a sandbox process may take to start, apart from the per-page timeout.
     START_SECONDS: ClassVar[float] = 120.0
@@ -167,80 +171,6 @@ class PageExtractor(ABC):
         if self._sandbox is not None:
             sandbox, self._sandbox = self._sandbox, None
             sandbox.stop()
-
-
-class _SandboxUnavailable(RuntimeError):
-    """No child process can be started here (a daemonic process, no ``fork``)."""
-
-
-class _Sandbox:
-    """One forked child process extracting pages for its parent, killed and replaced when a page runs past
-    the deadline: what datatrove's ``ExtractorSandbox`` does for its extractor steps. Forked so that the
-    child inherits the imported library and the extractor (nothing is pickled); its start is given
-    ``start_seconds``, not the page timeout (a loaded machine is not a slow page)."""
-
-    def __init__(self, extract: Any, timeout: float, start_seconds: float) -> None:
-        self.extract = extract
-        self.timeout = timeout
-        self.start_seconds = start_seconds
-        self.process: Any = None
-        self.conn: Any = None
-
-    def _start(self) -> None:
-        import multiprocessing
-
-        try:
-            context = multiprocessing.get_context("fork")
-            parent, child = context.Pipe()
-            process = context.Process(target=_serve, args=(child, self.extract), daemon=True)
-            process.start()
-        except (AssertionError, ValueError, OSError) as error:  # daemonic parent, no fork, no resources
-            raise _SandboxUnavailable(f"no extraction process ({error})") from None
-        child.close()
-        self.process, self.conn = process, parent
-        if not parent.poll(self.start_seconds):
-            self.stop()
-            raise _SandboxUnavailable(f"the extraction process did not start in {self.start_seconds:g} s")
-        parent.recv()
-
-    def run(self, html: str, url: str | None) -> str:
-        if self.process is None or not self.process.is_alive():
-            self.stop()
-            self._start()
-        self.conn.send((html, url))
-        if not self.conn.poll(self.timeout):
-            self.stop()
-            raise PageExtractorTimeout(f"extraction ran past timeout={self.timeout:g}s")
-        try:
-            ok, value = self.conn.recv()
-        except EOFError:
-            self.stop()
-            raise RuntimeError("the extraction process died (out of memory?)") from None
-        if not ok:
-            raise RuntimeError(value)
-        return value
-
-    def stop(self) -> None:
-        if self.conn is not None:
-            self.conn.close()
-        if self.process is not None:
-            self.process.kill()
-            self.process.join(timeout=5)
-        self.process = self.conn = None
-
-
-def _serve(conn: Any, extract: Any) -> None:
-    """The sandbox process: extract each ``(html, url)`` received, send back ``(ok, text or error)``."""
-    conn.send(None)
-    while True:
-        try:
-            html, url = conn.recv()
-        except EOFError:
-            return
-        try:
-            conn.send((True, extract(html, url)))
-        except Exception as error:  # noqa: BLE001 - the parent reports it for this page
-            conn.send((False, f"{type(error).__name__}: {error}"))
 
 
 class FineWebExtractor(PageExtractor):

@@ -20,11 +20,13 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import warnings
 from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
 from dripper.pretrain.config import MODEL_PRESETS, TrainConfig
 
@@ -104,6 +106,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     train_parser = sub.add_parser("train", help="train or resume a run (single process, or under torchrun)")
     _add_train_options(train_parser)
+    train_parser.add_argument(
+        "--export-to",
+        type=Path,
+        default=None,
+        help="then export every checkpoint to EXPORT_TO/iter_XXXXXXX in this process (as `export "
+        "--every-checkpoint`; a single process only): one interpreter start fewer per run",
+    )
 
     export_parser = sub.add_parser("export", help="checkpoint -> Hugging Face Llama folder, logits checked")
     export_parser.add_argument("--checkpoint", type=Path, required=True, help="checkpoint or run folder")
@@ -153,20 +162,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "train":
             from dripper.pretrain.train import train
 
+            if args.export_to is not None and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+                raise ValueError("--export-to runs in a single process; under torchrun, export afterwards")
             values = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if hasattr(args, f.name)}
             result = train(TrainConfig(**values))
-            print(
-                json.dumps(
-                    {
-                        "out_dir": str(result.out_dir),
-                        "start_step": result.start_step,
-                        "final_step": result.final_step,
-                        "last_loss": result.losses[-1] if result.losses else None,
-                        "checkpoint": str(result.checkpoint) if result.checkpoint else None,
-                        "tokens_per_second": result.tokens_per_second,
-                    }
-                )
-            )
+            summary = {
+                "out_dir": str(result.out_dir),
+                "start_step": result.start_step,
+                "final_step": result.final_step,
+                "last_loss": result.losses[-1] if result.losses else None,
+                "checkpoint": str(result.checkpoint) if result.checkpoint else None,
+                "tokens_per_second": result.tokens_per_second,
+            }
+            if args.export_to is not None:
+                from dripper.pretrain.export import export_every_checkpoint
+
+                summary["export"] = _exported(export_every_checkpoint(result.out_dir, args.export_to))
+            print(json.dumps(summary))
         elif args.command == "export":
             from dripper.pretrain.export import export_checkpoint, export_every_checkpoint
 
@@ -188,11 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         atol=args.atol,
                     )
                 ]
-            exported = [
-                {"out": str(r.out_dir), "step": r.step, "max_abs_logit_diff": r.max_abs_logit_diff}
-                for r in results
-            ]
-            print(json.dumps({**exported[-1], "checkpoints": exported}))
+            print(json.dumps(_exported(results)))
         elif args.command == "toy":
             from dripper.pretrain.toy import train_tokenizer, write_corpus
 
@@ -208,6 +216,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         _shutdown_distributed()
     return 0
+
+
+def _exported(results: Sequence[Any]) -> dict[str, Any]:
+    """What ``export`` prints: the last checkpoint's ``out``, ``step`` and logit difference, and every one."""
+    exported = [
+        {"out": str(r.out_dir), "step": r.step, "max_abs_logit_diff": r.max_abs_logit_diff} for r in results
+    ]
+    return {**exported[-1], "checkpoints": exported}
 
 
 def _shutdown_distributed() -> None:

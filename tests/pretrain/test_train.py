@@ -103,6 +103,49 @@ def test_cli_train_and_export(corpus, tmp_path: Path, capsys):
     assert "no complete checkpoint" in capsys.readouterr().err
 
 
+def test_cli_train_exports_in_its_own_process_as_export_does(corpus, tmp_path: Path, capsys, monkeypatch):
+    """``train --export-to``: every checkpoint exported after training, in the training process, to the
+    folders and the result ``export --every-checkpoint`` gives; refused under a multi-process launcher."""
+    from dripper.pretrain.cli import main
+
+    data = [arg for name in corpus.extractors for arg in ("--data", str(corpus.tokens_root / name))]
+    argv = ["train", "--out-dir", str(tmp_path / "run"), *data, "--tokenizer", str(corpus.tokenizer)]
+    argv += [
+        "--train-steps",
+        "2",
+        "--save-interval",
+        "1",
+        "--micro-batch-size",
+        "2",
+        "--global-batch-size",
+        "2",
+    ]
+    argv += ["--device", "cpu", "--keep-checkpoints", "0"]
+    assert main([*argv, "--export-to", str(tmp_path / "hf")]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert [c["step"] for c in summary["export"]["checkpoints"]] == [1, 2]
+    assert all(c["max_abs_logit_diff"] < 1e-4 for c in summary["export"]["checkpoints"])
+    assert sorted(p.name for p in (tmp_path / "hf").iterdir()) == ["iter_0000001", "iter_0000002"]
+    assert (
+        main(
+            [
+                "export",
+                "--checkpoint",
+                str(tmp_path / "run"),
+                "--out",
+                str(tmp_path / "hf"),
+                "--every-checkpoint",
+            ]
+        )
+        == 0
+    )
+    again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert again == summary["export"]  # already exported: the same folders and figures
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert main([*argv, "--export-to", str(tmp_path / "hf2")]) == 2
+    assert "single process" in capsys.readouterr().err
+
+
 def test_bf16_on_cpu_is_refused(corpus, tmp_path):
     from dripper.pretrain.train import train
 

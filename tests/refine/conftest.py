@@ -19,6 +19,7 @@ import os
 import re
 import shutil
 import socket
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -182,6 +183,16 @@ def network_blocked():
         patch.setattr(socket, "create_connection", no_lookup)
         for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
             patch.setenv(name, "1")
+        # The libraries read those variables once, at import: where an earlier test imported them online,
+        # a blocked connection is retried with back-off (tens of seconds) instead of failing at once.
+        for module, names in (
+            ("huggingface_hub.constants", ("HF_HUB_OFFLINE",)),
+            ("datasets.config", ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")),
+        ):
+            loaded = sys.modules.get(module)
+            for name in names:
+                if loaded is not None and hasattr(loaded, name):
+                    patch.setattr(loaded, name, True)
         yield attempts
 
 
