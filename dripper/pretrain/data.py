@@ -61,9 +61,12 @@ def _fast_tokenizer_info(path: Path) -> TokenizerInfo | None:
     eos = eos.get("content") if isinstance(eos, dict) else eos
     if not isinstance(eos, str):
         return None
-    from tokenizers import Tokenizer
+    try:
+        from tokenizers import Tokenizer
 
-    tokenizer = Tokenizer.from_file(str(files[0]))
+        tokenizer = Tokenizer.from_file(str(files[0]))
+    except Exception:  # noqa: BLE001 - a file this tokenizers version cannot read: transformers decides
+        return None
     eod = tokenizer.token_to_id(eos)
     if eod is None:
         return None
