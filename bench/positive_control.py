@@ -136,6 +136,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="refinement steps of both arms, comma-separated (default: the refine stage's)",
     )
     args = parser.parse_args(argv)
+    missing = [str(path) for path in args.pages or [] if not path.is_file()]
+    if missing:
+        parser.error(
+            f"--pages: no such file {', '.join(missing)} (the development sets' folder, DEV/dev_hard.jsonl.gz)"
+        )
 
     from scripts.airflow_demo import sample_tokenizer
 
