@@ -221,8 +221,9 @@ def test_arms_times_seeds_on_one_token_budget_with_the_early_signal(
         "options": {"min_words": 20},
         "after": "language",
     }
+    # One scored checkpoint per run (the last of 4 steps): two per run are the test above's.
     conf = _conf(tmp_path, tokenizer_dir, names, train_steps=None, train_tokens=1024, seeds=[1, 2],
-                 equalize_corpora=True, eval_limit=8, refine_custom_steps=[step])  # fmt: skip
+                 equalize_corpora=True, eval_limit=8, eval_every=4, refine_custom_steps=[step])  # fmt: skip
     run = ablation.test(run_conf=conf)
     print("task times:", task_seconds(run))
     states = {(ti.task_id, ti.map_index): ti.state for ti in run.get_task_instances()}
