@@ -410,6 +410,13 @@ class SuiteDataUnavailable(FileNotFoundError):
     """Some benchmarks of a suite cannot load their data here; the message names them and the fix."""
 
 
+def load_failure(error: BaseException) -> str:
+    """Why a benchmark's data did not load, in one line: ``Kind: first line of the message``."""
+    first_line = next(iter(str(error).splitlines()), "")[:200]
+    kind = type(error).__name__
+    return f"{kind}: {first_line}" if first_line else kind
+
+
 def check_suite_data(
     suite: Suite | Path | str, *, fixtures: Path | str | None = None, full_index: bool = False
 ) -> dict[str, str]:
@@ -435,9 +442,7 @@ def check_suite_data(
                 get_task_dict([task.task], manager)
                 status[task.name] = "ok"
             except Exception as error:  # noqa: BLE001 - any failure to load is reported per benchmark
-                first_line = next(iter(str(error).splitlines()), "")[:200]
-                kind = type(error).__name__
-                status[task.name] = f"{kind}: {first_line}" if first_line else kind
+                status[task.name] = load_failure(error)
     missing = {name: why for name, why in status.items() if why != "ok"}
     if missing:
         offline = os.environ.get("HF_DATASETS_OFFLINE") or os.environ.get("HF_HUB_OFFLINE")

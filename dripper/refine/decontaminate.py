@@ -142,7 +142,13 @@ def suite_items(
             "or leave the decontaminate step out"
         ) from None
 
-    from dripper.eval.lm_suite import fixture_datasets, load_fixture_manifest, load_suite, task_manager
+    from dripper.eval.lm_suite import (
+        fixture_datasets,
+        load_failure,
+        load_fixture_manifest,
+        load_suite,
+        task_manager,
+    )
 
     suite = load_suite(config.suite)
     manager = task_manager(suite)
@@ -162,8 +168,7 @@ def suite_items(
                     warnings.simplefilter("ignore", DeprecationWarning)
                     tasks = list(_leaf_tasks(get_task_dict([benchmark.task], manager)))
             except Exception as error:  # noqa: BLE001 - any failure to load is reported per benchmark
-                first_line = next(iter(str(error).splitlines()), "")[:200]
-                unavailable[benchmark.name] = f"{type(error).__name__}: {first_line}"
+                unavailable[benchmark.name] = load_failure(error)
                 continue
             for task in tasks:
                 for index, doc in enumerate(task.eval_docs):

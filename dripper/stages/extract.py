@@ -51,6 +51,7 @@ from dripper.stages.runner import (
     finish_stage,
     run_shard_tasks,
     run_streaming_shard,
+    stage_workers,
 )
 from dripper.stages.shards import ShardResult, ShardStats, ShardWriter
 from dripper.stages.simplify import SIMPLIFIED_STAGE
@@ -376,11 +377,7 @@ def extract_shards(
             len(shards),
             expected,
         )
-    workers = config.workers
-    if labeler is not None:  # an instance lives in this process
-        if scheduler is not None:
-            raise ValueError("a labeler instance runs in this process: give a scheduler a spec's labeler")
-        workers = 0
+    workers = stage_workers(config.workers, labeler, scheduler)
     if workers == 0 and scheduler is None:
         # Build the labeler before any shard runs, so a labeler that cannot start fails fast.
         stage_extractor(spec, labeler, config.batch_size, score_routes)

@@ -46,6 +46,7 @@ from dripper.stages.runner import (
     finish_stage,
     run_shard_tasks,
     run_streaming_shard,
+    stage_workers,
 )
 from dripper.stages.shards import ShardResult, ShardStats, ShardWriter
 from dripper.stages.simplify import SIMPLIFIED_STAGE, ShardFormat, warc_page_rows
@@ -213,11 +214,7 @@ def one_pass_shards(
     output_root = str(output_root)
     spec = config.extractor
     started = time.perf_counter()
-    workers = config.workers
-    if labeler is not None:
-        if scheduler is not None:
-            raise ValueError("a labeler instance runs in this process: give a scheduler a spec's labeler")
-        workers = 0
+    workers = stage_workers(config.workers, labeler, scheduler)
     if workers == 0 and scheduler is None:
         _one_pass_extractor(spec, labeler, config.batch_size)  # a labeler that cannot start fails fast
     needs_gpu = spec.needs_gpu or (spec.route is not None and spec.route.needs_gpu)

@@ -314,6 +314,16 @@ def _placement(stage: str, client: Any, tasks: Sequence[ShardTask]) -> dict[int,
     return placement
 
 
+def stage_workers(workers: int | None, labeler: Any, scheduler: Any) -> int | None:
+    """The worker count a stage runs on: ``workers``, or 0 (this process) when a labeler *instance* is
+    given, which lives here and cannot go to a scheduler's workers (``ValueError``)."""
+    if labeler is None:
+        return workers
+    if scheduler is not None:
+        raise ValueError("a labeler instance runs in this process: give a scheduler a spec's labeler")
+    return 0
+
+
 def run_shard_tasks(
     stage: str,
     tasks: Sequence[ShardTask],
