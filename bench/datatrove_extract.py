@@ -18,7 +18,9 @@ steady-state cost per document. Arms:
 - ``dripper-reader+trafilatura``: our reader before datatrove's ``Trafilatura`` (what the reader costs).
 
 Prints one JSON line per arm (best round: documents in and out, CPU-s, documents per CPU-s, the datatrove
-per-step wall times) and the ratios against ``fineweb``.
+per-step wall times) and the ratios against ``fineweb``. ``--profile`` instead runs our extractor on the
+same documents in this process under cProfile and prints where its time goes (milliseconds a page per
+part: simplification, the labeler, the fallback on declined pages, reconstruction and Markdown).
 """
 
 from __future__ import annotations
@@ -117,6 +119,57 @@ def _total(value) -> int:
     return int(value["total"] if isinstance(value, dict) else value)
 
 
+#: The functions whose cumulative time ``--profile`` reports, by part.
+PARTS = {
+    "simplification": "prepare_page",
+    "labeler": "label_batch",
+    "fallback": "main_html",
+    "reconstruction and Markdown": "_build_output",
+}
+
+
+def profile() -> int:
+    """The ``cpu`` extractor over the readable sample files' pages, in this process, under cProfile."""
+    import cProfile
+    import pstats
+
+    from dripper.datatrove import DripperWarcReader
+    from dripper.pipeline import Extractor
+    from dripper.types import Page
+
+    with tempfile.NamedTemporaryFile("w", suffix=".paths", delete=False) as listing:
+        listing.write("\n".join(READABLE) + "\n")
+    documents = list(DripperWarcReader(str(SEGMENTS), paths_file=listing.name).run(None, 0, 1))
+    os.unlink(listing.name)
+    pages = [
+        Page(
+            doc_id=str(i), html=d.text, url=d.metadata.get("url"), http_charset=d.metadata.get("http_charset")
+        )
+        for i, d in enumerate(documents)
+    ]
+    extractor = Extractor.from_spec("cpu")
+    extractor.extract_batch(pages[:5])  # build and warm up outside the measurement
+    profiler = cProfile.Profile()
+    profiler.enable()
+    results = extractor.extract_batch(pages)
+    profiler.disable()
+    stats = pstats.Stats(profiler).stats
+    total = max(
+        cumulative for (_, _, name), (_, _, _, cumulative, _) in stats.items() if name == "extract_batch"
+    )
+    parts = {
+        part: sum(cumulative for (_, _, name), (_, _, _, cumulative, _) in stats.items() if name == function)
+        for part, function in PARTS.items()
+    }
+    fallbacks = sum(1 for r in results if r.extractor == "trafilatura")
+    print(json.dumps({
+        "pages": len(pages), "fallback_pages": fallbacks, "ms_per_page_profiled": 1000 * total / len(pages),
+        "ms_per_page": {part: round(1000 * t / len(pages), 2) for part, t in parts.items()},
+        "share": {part: round(t / total, 3) for part, t in parts.items()},
+    }))  # fmt: skip
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -125,7 +178,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--paths-file", help=argparse.SUPPRESS)
     parser.add_argument("--logs", help=argparse.SUPPRESS)
     parser.add_argument("--startup-only", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--profile", action="store_true", help="where DripperExtractor('cpu')'s time goes")
     args = parser.parse_args(argv)
+    if args.profile:
+        return profile()
     if args.inside:
         run_arm(args.inside, args.paths_file, args.logs, args.startup_only)
         return 0
