@@ -4,6 +4,11 @@ VENV := .venv
 ORACLE_VENV := .venv-oracle
 PIP := $(VENV)/bin/pip
 PYTEST_ARGS ?=
+# pytest-xdist workers (tests/conftest.py groups the tests that share a server and hands the longest groups
+# out first, by tests/durations.json: `make test PYTEST_ARGS=--store-durations` refreshes it); a test that
+# hangs ends after TEST_TIMEOUT seconds with its threads' stacks, instead of CI's limit ending the whole run.
+TEST_WORKERS ?= 3
+TEST_TIMEOUT ?= 1500
 
 .PHONY: install tiny-models oracle cluster-engines test demo demo-stop demo-extract lint format bench clean
 
@@ -71,7 +76,8 @@ cluster-engines:
 # The venv's bin/ on PATH: Airflow starts its subcommands as a bare `airflow`; hadolint and docker-compose
 # (from the dev extra) validate docker/.
 test: install oracle browser cluster-engines
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/python -m pytest -q $(PYTEST_ARGS)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup \
+		--timeout $(TEST_TIMEOUT) --timeout-method thread --durations 25 $(PYTEST_ARGS)
 
 # Airflow on 127.0.0.1 with SQLite: triggers corpus_build on the bundled sample snapshot, waits, prints the
 # corpus and its run summary, and leaves the UI up on http://127.0.0.1:8080 (stop it with `make demo-stop`).

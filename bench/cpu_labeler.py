@@ -67,12 +67,12 @@ def _records(paths: Sequence[Path], limit: int | None) -> list[dict]:
 # -- speed ------------------------------------------------------------------------------------------------
 
 
-_STEPS = ("simplify", "features", "trees", "network", "render", "fallback")
+STEPS = ("simplify", "features", "trees", "network", "render", "fallback")
 # Timed inside simplify: the parses and the copy any simplifier with today's output needs (bench/simplify.py).
 _PARSE_FLOOR = "parse floor"
 
 
-class _StepClock:
+class StepClock:
     """CPU seconds of each pipeline step, from timers wrapped around the step functions in this process.
 
     simplify: ``simplify_html``; features: ``page_features`` and the second stage's ``context_features``;
@@ -87,7 +87,7 @@ class _StepClock:
         from dripper.labelers.cpu_seq import labeler as seq_labeler
         from dripper.labelers.cpu_seq.network import SeqNetwork
 
-        self.seconds = dict.fromkeys((*_STEPS, _PARSE_FLOOR), 0.0)
+        self.seconds = dict.fromkeys((*STEPS, _PARSE_FLOOR), 0.0)
         self._targets = [
             (pipeline, "simplify_html", "simplify"),
             (simplify, "repair_html", _PARSE_FLOOR),
@@ -106,7 +106,7 @@ class _StepClock:
         ]
         self._originals: list = []
 
-    def __enter__(self) -> _StepClock:
+    def __enter__(self) -> StepClock:
         for owner, name, step in self._targets:
             original = owner.__dict__[name]
             self._originals.append((owner, name, original))
@@ -138,7 +138,7 @@ def _speed_group(extractor, row: str, blobs, chunk: int, trafilatura_extract, pr
     cpu = {row: 0.0, "trafilatura": 0.0}
     wall = dict.fromkeys(cpu, 0.0)
     extractors: Counter = Counter()
-    clock = _StepClock()
+    clock = StepClock()
     for offset in range(0, len(blobs), chunk):
         part = blobs[offset : offset + chunk]
         pages = [Page(doc_id=doc_id, html=html, url=url) for doc_id, html, url in part]
@@ -171,10 +171,10 @@ def _print_speed(name: str, group: dict) -> None:
         per_core, ms = n / cpu[extractor], 1000 * cpu[extractor] / n
         print(f"  {extractor:14} {per_core:17.1f} {ms:14.1f} {n / wall[extractor]:15.1f}")
     print(f"  ratio {row} / trafilatura (per core): {cpu['trafilatura'] / cpu[row]:.2f}x")
-    other = cpu[row] - sum(steps[step] for step in _STEPS)  # decoding, checks, batching
+    other = cpu[row] - sum(steps[step] for step in STEPS)  # decoding, checks, batching
     print(
         f"  {row} steps, ms/page (CPU): "
-        + ", ".join(f"{key} {1000 * steps[key] / n:.2f}" for key in _STEPS)
+        + ", ".join(f"{key} {1000 * steps[key] / n:.2f}" for key in STEPS)
         + f", other {1000 * other / n:.2f}"
     )
     floor = steps[_PARSE_FLOOR]
@@ -225,7 +225,7 @@ def run_speed(args: argparse.Namespace) -> int:
             "n": 0,
             "cpu": Counter(),
             "wall": Counter(),
-            "steps": dict.fromkeys((*_STEPS, _PARSE_FLOOR), 0.0),
+            "steps": dict.fromkeys((*STEPS, _PARSE_FLOOR), 0.0),
         }
         total["extractors"] = Counter()
         for group in results.values():

@@ -7,7 +7,9 @@ Each parse runs in a fresh interpreter that has already imported ``airflow.sdk``
 so the time is the DAG file's own: its imports (``_common``, ``_params``, ``dripper.airflow``) and building
 the DAG. The median of ``--rounds`` parses per file is printed with its ratio to the reference and to the
 target, and the heavy libraries (torch, vLLM, datatrove, pandas, Dask, pyarrow, …) a file pulled in, which
-must be none. ``tests/dags/test_dagbag.py`` asserts the same with one parse per file.
+must be none. ``tests/dags/test_dagbag.py`` asserts what makes a parse fast, one parse per file: no heavy
+import and nothing beyond :data:`PARSE_TIME_PACKAGES`; the 1 s target is judged here only (a test that
+times itself fails whenever the machine is busy).
 """
 
 from __future__ import annotations
@@ -42,6 +44,23 @@ LIGHT_MODULES = frozenset(
         "dripper.pretrain.slurm",
     }
 )
+
+
+#: Third-party top-level packages a DAG file may pull in at parse time: Airflow and what Airflow itself loads
+#: while a DAG is built (SQLAlchemy, croniter, packaging), pydantic for the stage configs, the package and
+#: the DAGs folder's two shared modules. Anything else is an import the file does not need to be parsed.
+PARSE_TIME_PACKAGES = frozenset(
+    {"airflow", "sqlalchemy", "croniter", "packaging", "pydantic", "dripper", "_common", "_params"}
+)
+
+
+def unexpected_imports(loaded: list[str]) -> list[str]:
+    """Top-level modules of a parse outside the standard library and :data:`PARSE_TIME_PACKAGES`."""
+    return sorted(
+        name
+        for name in loaded
+        if "." not in name and name not in sys.stdlib_module_names and name not in PARSE_TIME_PACKAGES
+    )
 
 
 def heavy_imports(loaded: list[str]) -> list[str]:

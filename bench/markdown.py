@@ -14,6 +14,10 @@ HTML (total time / total bytes), and pages/s. Converters:
 
 Skips cleanly (exit 0) when the data file or trafilatura is missing.
 
+``--hostile`` times the hostile inputs instead (10,000-deep nesting as markup and as an element chain, one
+huge flat paragraph): each must convert within :data:`HOSTILE_TARGET_SECONDS` (exit 1 otherwise).
+``tests/test_markdown.py`` checks what they convert to, not how fast.
+
 Measured (2-core shared dev machine, best of 5): 200 pages, mean 10.2 KB main HTML: dripper 0.41 ms/page
 (0.80 ms per 20 KB), html2text 1.81 ms/page (3.54 ms per 20 KB), h2m-rust 0.31 ms/page; all 352 pages
 (8.3 KB, best of 3): dripper 0.37, html2text 1.49, h2m-rust 0.29 ms/page. dripper is ~4x html2text.
@@ -39,6 +43,49 @@ sys.path.insert(0, str(REPO))
 from dripper.markdown import html_to_markdown  # noqa: E402
 
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "dev.jsonl.gz"
+HOSTILE_TARGET_SECONDS = 5.0
+
+#: Markup that once made converters quadratic or recursive, with the last word each must end with.
+HOSTILE_MARKUP: dict[str, tuple[str, tuple[str, ...]]] = {
+    "10,000 nested div": ("<div>" * 10_000 + "deep" + "</div>" * 10_000 + "<p>after</p>", ("after",)),
+    "10,000 unclosed b": ("<b>" * 10_000 + "x", ("**x**",)),
+    "10,000 unclosed blockquote": ("<blockquote>" * 10_000 + "q", ("q",)),
+    "3,000 nested tables": ("<table><tr><td>" * 3_000 + "cell", ("cell",)),
+    "a 1 MB paragraph, 20,000 after": ("<p>" + "word " * 200_000 + "</p>" + "<p>x</p>" * 20_000, ("x",)),
+}
+#: Tags nested 10,000 deep as an element chain (``html_to_markdown`` takes lxml elements too).
+HOSTILE_CHAIN_TAGS = ("div", "blockquote", "ul", "li", "table", "td", "b", "a", "h2", "math", "pre")
+
+
+def element_chain(tag: str, depth: int = 10_000):
+    """``depth`` nested ``tag`` elements ending in the text ``end``, and the chain's proxies (holding every
+    proxy keeps lxml from re-walking the chain per step)."""
+    from lxml import etree
+
+    chain = [etree.Element("div")]
+    for _ in range(depth):
+        chain.append(etree.SubElement(chain[-1], tag, href="/x"))
+    chain[-1].text = "end"
+    return chain[0], chain
+
+
+def hostile(rounds: int = 1) -> int:
+    """Time every hostile input against :data:`HOSTILE_TARGET_SECONDS`; 1 if any is over."""
+    cases = {
+        name: (lambda markup=markup: html_to_markdown(markup)) for name, (markup, _) in HOSTILE_MARKUP.items()
+    }
+    for tag in HOSTILE_CHAIN_TAGS:
+        root, _chain = element_chain(tag)
+        cases[f"10,000 nested <{tag}> elements"] = lambda root=root, _chain=_chain: html_to_markdown(
+            root, include_links=True
+        )
+    worst = 0.0
+    print(f"{'input':36s} {'best s':>7s}  target {HOSTILE_TARGET_SECONDS:.0f} s")
+    for name, convert in cases.items():
+        seconds = min(best_times(lambda _, convert=convert: convert(), [""], rounds))
+        worst = max(worst, seconds)
+        print(f"{name:36s} {seconds:7.3f}")
+    return 0 if worst < HOSTILE_TARGET_SECONDS else 1
 
 
 def load_main_html(path: Path, n_pages: int) -> list[str]:
@@ -103,7 +150,10 @@ def main() -> int:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="JSONL.gz with an 'html' field")
     parser.add_argument("--pages", type=int, default=200, help="pages with extractable main HTML to use")
     parser.add_argument("--rounds", type=int, default=5, help="conversions per page; the best one counts")
+    parser.add_argument("--hostile", action="store_true", help="time the hostile inputs against the target")
     args = parser.parse_args()
+    if args.hostile:
+        return hostile(args.rounds)
     if not args.data.exists():
         print(f"skipped: {args.data} not found (pass --data PATH)")
         return 0

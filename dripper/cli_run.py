@@ -19,6 +19,7 @@ import logging
 import sys
 from typing import Any
 
+from dripper.config.extractor import FALLBACKS
 from dripper.config.settings import parse_key_values
 
 RUN_DESCRIPTION = """Run a stage over a run root (a local folder or a URL such as s3://bucket/run), in the layout
@@ -176,7 +177,7 @@ def add_extractor_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--fallback",
         default=None,
-        choices=("trafilatura", "empty", "none"),
+        choices=(*FALLBACKS, "none"),
         help="the spec's fallback, for pages the labeler cannot label (default: trafilatura)",
     )
     parser.add_argument(

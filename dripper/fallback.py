@@ -36,20 +36,30 @@ def register_fallback(name: str) -> Callable:
 
 @register_fallback("trafilatura")
 class TrafilaturaFallback(Fallback):
-    """Trafilatura's main-content extraction (HTML output, tables kept, comments dropped)."""
+    """Trafilatura's main-content extraction (HTML output, tables kept, comments dropped).
+
+    Args:
+        fast: Trafilatura's fast mode: its own extraction only, without the jusText and readability
+            passes it otherwise runs on pages where its first result looks short (``trafilatura_fast``).
+    """
 
     name = "trafilatura"
 
-    def __init__(self) -> None:
+    def __init__(self, fast: bool = False) -> None:
         from trafilatura import extract
         from trafilatura.settings import Extractor
 
         self._extract = extract
-        self._options = Extractor(output_format="html", tables=True, comments=False)
+        self._options = Extractor(output_format="html", tables=True, comments=False, fast=fast)
+        if fast:
+            self.name = "trafilatura_fast"
 
     def main_html(self, html: str, url: str | None) -> str:
         self._options.url = url
         return self._extract(html, options=self._options) or ""
+
+
+register_fallback("trafilatura_fast")(lambda: TrafilaturaFallback(fast=True))
 
 
 @register_fallback("empty")

@@ -45,7 +45,8 @@ class ExtractOptions:
     """Options of the pipeline, validated once.
 
     Attributes:
-        fallback: Fallback name (``trafilatura``, ``empty``) or ``None`` for no fallback content.
+        fallback: Fallback name (``trafilatura``, ``trafilatura_fast``, ``empty``) or ``None`` for no fallback
+            content.
         fallback_on_empty: Also use the fallback when the labeler marks no block as main (off by default:
             an all-"other" answer is a valid answer, as in the paper).
         max_page_bytes: Pages larger than this (UTF-8 bytes) are not processed; the result says so.

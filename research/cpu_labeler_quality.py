@@ -82,6 +82,8 @@ def _fold_model(record: dict) -> int:
 # (``min_confidence``) gains or loses against the fallback, page for page (``best_confidence`` in the
 # per-page info says where each page stands against any other gate).
 _UNGATED_ROW = "dripper:cpu-oof/ungated"
+# The model's row with Trafilatura's fast mode as the fallback of the declined pages (``trafilatura_fast``).
+_FAST_ROW = "dripper:cpu-oof/fast-fallback"
 _LOW_CONFIDENCE = "label_failed: low confidence"
 
 
@@ -108,6 +110,15 @@ def _ungated(labeler, pages: list) -> list:
     return Extractor(open_labeler, ExtractOptions(fallback=None)).extract_batch(pages)
 
 
+def _with_fallback(labeler, pages: list, fallback: str) -> list:
+    """``pages`` through the pipeline with another fallback (the labeler's gate as it is)."""
+    if not pages:
+        return []
+    from dripper.pipeline import ExtractOptions, Extractor
+
+    return Extractor(labeler, ExtractOptions(fallback=fallback)).extract_batch(pages)
+
+
 def _score_chunk(records: list[dict], pages) -> list:
     """Extract ``pages`` (eval's BenchPages of ``records``) with their fold models and the baselines."""
     from dripper.eval.baselines import ExtractionOutcome, html_to_markdown
@@ -131,18 +142,24 @@ def _score_chunk(records: list[dict], pages) -> list:
         share = (time.perf_counter() - started) / len(indexes)
         declined = [position for position, result in enumerate(results) if _declined(result.fallback_reason)]
         ungated = dict(zip(declined, _ungated(labeler, [core_pages[k] for k in declined]), strict=True))
+        fast_results = _with_fallback(labeler, [core_pages[k] for k in declined], "trafilatura_fast")
+        fast = dict(zip(declined, fast_results, strict=True))
         for position, (i, result) in enumerate(zip(indexes, results, strict=True)):
             own = ungated.get(position, result)
+            fast_result = fast.get(position)
             outputs = {
                 "dripper:cpu-oof/md": result.markdown,
                 "dripper:cpu-oof/html2text": html_to_markdown(result.main_html or "", pages[i].url),
                 _UNGATED_ROW: own.markdown,
+                _FAST_ROW: (fast_result or result).markdown,
             }
             info = {
                 "extractor": result.extractor,
                 "fallback_reason": result.fallback_reason,
                 "best_confidence": max(own.stats.get("confidence") or [0.0]),
                 "page_confidence": own.stats.get("page_confidence"),
+                "fallback_seconds": result.stats.get("fallback_seconds"),
+                "fast_fallback_seconds": fast_result.stats.get("fallback_seconds") if fast_result else None,
             }
             outcomes[i] = ExtractionOutcome(outputs, share, None, info)
     baseline_outcomes = [extractor.extract_pages(pages) for extractor in _worker["baselines"]]
@@ -330,30 +347,45 @@ def format_gate(page_records: Iterable[dict], metric: str = "rouge_f1_norm", gat
     passes both takes the model's labels, a kept page that fails one the ``trafilatura`` row's score (the
     fallback's extractor, scored as that baseline's row), with the share of model-labelled pages that
     would go to the fallback (what the gate costs in speed: each runs Trafilatura)."""
-    wanted = (_LEAD_ROW, _UNGATED_ROW, "trafilatura")
+    wanted = (_LEAD_ROW, _UNGATED_ROW, _FAST_ROW, "trafilatura")
     rows: dict[tuple[str, str], dict[str, dict]] = {}
     for record in page_records:
         if record.get("extractor") in wanted and record.get(metric) is not None:
             rows.setdefault((record.get("file", "?"), record["id"]), {})[record["extractor"]] = record
-    per_file: dict[str, list[tuple[float, float]]] = {}
+    per_file: dict[str, list[tuple[float, float, float | None, float, float]]] = {}
     pages: list[tuple[str, dict, dict, dict | None]] = []  # file, gated, ungated, trafilatura
     for (file, _), row in rows.items():
-        gated, ungated = row.get(_LEAD_ROW), row.get(_UNGATED_ROW)
+        gated, ungated, fast = row.get(_LEAD_ROW), row.get(_UNGATED_ROW), row.get(_FAST_ROW)
         if gated is None or ungated is None:
             continue
         pages.append((file, gated, ungated, row.get("trafilatura")))
         if _declined_record(gated):
-            per_file.setdefault(file, []).append((gated[metric], ungated[metric]))
+            info = gated.get("info") or {}
+            per_file.setdefault(file, []).append(
+                (
+                    gated[metric],
+                    ungated[metric],
+                    fast[metric] if fast is not None else None,
+                    info.get("fallback_seconds") or 0.0,
+                    info.get("fast_fallback_seconds") or 0.0,
+                )
+            )
     lines = [
-        f"\nconfidence gate ({metric}; pages declined, mean with the fallback / with the model's labels):"
+        f"\nconfidence gate ({metric}; pages declined, mean with the fallback, with Trafilatura's fast mode as"
+        " the fallback, and with the model's labels; the two fallbacks' ms per declined page):"
     ]
     if not per_file:
         lines.append("  no page with both rows was declined")
-    for file, pairs in sorted(per_file.items()):
-        fallback = sum(pair[0] for pair in pairs) / len(pairs)
-        own = sum(pair[1] for pair in pairs) / len(pairs)
+    for file, found in sorted(per_file.items()):
+        n = len(found)
+        fallback = sum(f[0] for f in found) / n
+        own = sum(f[1] for f in found) / n
+        fast_scores = [f[2] for f in found if f[2] is not None]
+        fast_cell = f"  fast {sum(fast_scores) / len(fast_scores):.3f}" if fast_scores else ""
         lines.append(
-            f"  {file:12} {len(pairs):5d} pages  fallback {fallback:.3f}  model {own:.3f}  gate gains {fallback - own:+.3f}"
+            f"  {file:12} {n:5d} pages  fallback {fallback:.3f}{fast_cell}  model {own:.3f}"
+            f"  gate gains {fallback - own:+.3f}  fallback {sum(f[3] for f in found) / n * 1e3:.1f} ms,"
+            f" fast {sum(f[4] for f in found) / n * 1e3:.1f} ms"
         )
     if pages and all(trafilatura is not None for *_, trafilatura in pages):
         lines.append(

@@ -22,6 +22,19 @@ import tests.dags  # noqa: F401, E402
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_PAGES = REPO / "data" / "sample" / "pages.jsonl.gz"
 
+# How the suite splits over pytest-xdist's workers: the hooks live in tests/xdist_groups.py.
+from tests.xdist_groups import (  # noqa: E402, F401
+    pytest_addoption,
+    pytest_collection_modifyitems,
+    pytest_configure,
+    pytest_runtest_logreport,
+    pytest_sessionfinish,
+    pytest_xdist_make_scheduler,
+    pytest_xdist_node_collection_finished,
+    running_under_xdist,
+    xdist_group,
+)
+
 
 def shared_data_dir() -> Path | None:
     """``$DRIPPER_SHARED_DATA`` or ``../shared/data`` beside the repository, if it holds the dev files."""

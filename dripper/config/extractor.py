@@ -38,6 +38,7 @@ from dripper.hints import did_you_mean
 
 __all__ = [
     "DEFAULT_FALLBACK",
+    "FALLBACKS",
     "default_fallback",
     "labeler_is_lm",
     "labeler_spec",
@@ -52,6 +53,8 @@ __all__ = [
 
 #: The extractor for pages the labeler cannot label.
 DEFAULT_FALLBACK = "trafilatura"
+#: The fallbacks a spec may name (``dripper.fallback`` registers one implementation each).
+FALLBACKS = ("trafilatura", "trafilatura_fast", "empty")
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 LABELER_PATTERN = r"^[A-Za-z0-9_.]+(:[A-Za-z0-9_.]+)?$"
 
@@ -161,7 +164,7 @@ class ExtractorSpec(BaseModel):
     name: str = Field(pattern=NAME_PATTERN, description="Unique name: the folder and the report rows")
     labeler: str = Field(pattern=LABELER_PATTERN, description="Registered labeler or module:factory")
     options: dict[str, Any] = Field(default_factory=dict, description="The labeler's keyword options")
-    fallback: Literal["trafilatura", "empty"] | None = Field(
+    fallback: Literal[FALLBACKS] | None = Field(
         DEFAULT_FALLBACK, description="Extractor for pages the labeler cannot label (none: leave them empty)"
     )
     fallback_on_empty: bool = Field(False, description="Also fall back when no block is labelled main")

@@ -166,7 +166,7 @@ def test_a_step_cut_off_by_its_limit_keeps_its_lines(suite, tmp_path):
     )
     results = tmp_path / "results.jsonl"
     step = suite.run_step("slow", [sys.executable, "-c", script, str(results)], 8, tmp_path)
-    assert step["status"] == "timeout" and step["seconds"] < 30
+    assert step["status"] == "timeout" and step["seconds"] < 60  # cut before its sleep ended
     assert json.loads(results.read_text()) == {"engine": "first", "pages_per_s": 1.0}
 
 

@@ -52,7 +52,10 @@ def test_named_specs_with_options_in_every_form():
 @pytest.mark.parametrize(
     ("value", "message"),
     [
-        ("f=cpu,fallback=readability", r"extractor 'f': fallback: Input should be 'trafilatura' or 'empty'"),
+        (
+            "f=cpu,fallback=readability",
+            r"extractor 'f': fallback: Input should be 'trafilatura', 'trafilatura_fast' or 'empty'",
+        ),
         ("has space=cpu", r"extractor 'has space': name: String should match pattern"),
         ("n=cpu,novalue", r"extractor 'n': 'novalue' is not KEY=VALUE"),
         (

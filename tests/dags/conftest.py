@@ -73,9 +73,9 @@ def tokenizer_dir(tmp_path_factory) -> str:
     return airflow_demo.sample_tokenizer(tmp_path_factory.mktemp("tokenizer"), vocab_size=800)
 
 
-# Package scope: started once for every test here that needs it, and stopped when tests/dags/ is done,
-# so four idle servers do not poll the CPU through the rest of the suite.
-@pytest.fixture(scope="package")
+# Module scope: only test_airflow_server.py uses it, and it stops when that module is done, so four idle
+# servers do not poll the CPU through the rest of tests/dags/ (a pytest-xdist worker runs other files here).
+@pytest.fixture(scope="module")
 def airflow_server(tmp_path_factory) -> AirflowServer:
     """API server, scheduler, DAG processor and triggerer on 127.0.0.1 (``scripts/airflow_demo.py``), their
     Airflow home, runs and tokenizer in a temporary folder."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.dag_parse import TARGET_SECONDS, heavy_imports, parse_dag_file
+from bench.dag_parse import heavy_imports, parse_dag_file, unexpected_imports
 from tests.dags import DAG_IDS, DAGS_DIR, REPO
 
 
@@ -22,14 +22,22 @@ def test_dagbag_imports_every_dag_without_errors(dagbag):
 
 
 @pytest.mark.parametrize("dag_file", sorted(p.name for p in DAGS_DIR.glob("[!_]*.py")))
-def test_dag_file_parses_fast_without_heavy_imports(dag_file):
+def test_dag_file_parses_without_heavy_or_needless_imports(dag_file):
     """Each DAG file in a fresh interpreter: no torch, vLLM, datatrove, pandas, Dask, pyarrow or even the
-    extraction library at module level (of the core, only the stage configs), and under a second to parse."""
+    extraction library at module level (of the core, only the stage configs), and no third-party package
+    beyond what building the DAG needs. That is what keeps a parse fast; the seconds are printed, and the
+    1 s target is judged by ``bench/dag_parse.py``, not here."""
     result = parse_dag_file(DAGS_DIR / dag_file)  # bench/dag_parse.py
     heavy = heavy_imports(result["loaded"])
     assert heavy == [], f"{dag_file} imports {heavy} at parse time"
+    assert unexpected_imports(result["loaded"]) == [], f"{dag_file} imports more than building a DAG needs"
     print(f"{dag_file}: parsed in {result['seconds']:.3f} s")
-    assert result["seconds"] < TARGET_SECONDS, f"{dag_file} took {result['seconds']:.2f} s to parse"
+
+
+def test_the_import_checks_name_what_a_dag_file_should_not_load():
+    loaded = ["airflow", "json", "numpy", "yaml", "dripper", "dripper.config", "dripper.pipeline", "lxml"]
+    assert unexpected_imports(loaded) == ["lxml", "numpy", "yaml"]
+    assert heavy_imports(loaded) == ["dripper.pipeline", "lxml"]
 
 
 def test_every_dag_survives_serialization(dagbag):

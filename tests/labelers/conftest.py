@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import free_port
+from tests.conftest import free_port, running_under_xdist, xdist_group
 
 REPO = Path(__file__).resolve().parents[2]
 TINY_MODEL = REPO / ".cache" / "models" / "tiny-qwen3"
@@ -228,14 +228,26 @@ _SERVER: list[VLLMServer] = []
 
 
 @pytest.fixture(scope="package", autouse=True)
-def _early_server_start(request, tmp_path_factory):
-    """Launch the server at the first test here if any collected test needs it (it takes a minute)."""
-    needs = any("vllm_server" in getattr(item, "fixturenames", ()) for item in request.session.items)
-    if needs and _vllm_available() and (TINY_MODEL / "config.json").exists():
-        _SERVER.append(VLLMServer(TINY_MODEL, tmp_path_factory.mktemp("vllm") / "server.log"))
+def _stop_server():
+    """The server stops when this package's tests are done."""
     yield
     while _SERVER:
         _SERVER.pop().stop()
+
+
+@pytest.fixture(autouse=True)
+def _early_server_start(request, tmp_path_factory):
+    """Launch the server at the first test here that shares a process with one needing it (it takes a
+    minute, overlapping the tests before): any collected test, or under pytest-xdist a test of this
+    test's group (tests/conftest.py), which runs whole in this worker."""
+    if _SERVER or not _vllm_available() or not (TINY_MODEL / "config.json").exists():
+        return
+    group = xdist_group(request.node) if running_under_xdist(request.config) else None
+    if any(
+        "vllm_server" in getattr(item, "fixturenames", ()) and (group is None or xdist_group(item) == group)
+        for item in request.session.items
+    ):
+        _SERVER.append(VLLMServer(TINY_MODEL, tmp_path_factory.mktemp("vllm") / "server.log"))
 
 
 @pytest.fixture(scope="package")

@@ -157,7 +157,7 @@ def test_a_page_over_the_timeout_is_cut_off_and_the_next_page_runs():
     from dripper.pipeline import ExtractOptions
 
     slow, fast = Extractor(extractor, ExtractOptions(fallback=None)).extract_batch(pages)
-    assert clock.perf_counter() - started < 20
+    assert clock.perf_counter() - started < 30  # sooner than the slow page's sleep: the deadline cut it
     assert slow.extractor == "none" and "PageExtractorTimeout" in slow.fallback_reason
     assert fast.extractor == "slow" and fast.markdown.startswith("text of")
     assert extractor.stats["timeouts"] == 1 and extractor.stats["pages"] == 2

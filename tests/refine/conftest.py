@@ -116,12 +116,15 @@ def _fixture_key() -> str:
 @pytest.fixture(scope="session")
 def extracted_root(request, tmp_path_factory) -> Path:
     """A run root holding ``extracted/`` made from the sample snapshot (cached across sessions)."""
+    from filelock import FileLock
+
     cache_dir = Path(request.config.cache.mkdir(f"dripper-refine-extracted-{_fixture_key()}"))
-    if not (cache_dir / "extracted" / "part-00003.done.json").exists():
-        building = tmp_path_factory.mktemp("extracted-build")
-        build_extracted_root(building)
-        shutil.rmtree(cache_dir / "extracted", ignore_errors=True)
-        shutil.copytree(building / "extracted", cache_dir / "extracted")
+    with FileLock(cache_dir / "build.lock"):  # two pytest-xdist workers: one builds, the other waits
+        if not (cache_dir / "extracted" / "part-00003.done.json").exists():
+            building = tmp_path_factory.mktemp("extracted-build")
+            build_extracted_root(building)
+            shutil.rmtree(cache_dir / "extracted", ignore_errors=True)
+            shutil.copytree(building / "extracted", cache_dir / "extracted")
     root = tmp_path_factory.mktemp("extracted-root")
     shutil.copytree(cache_dir / "extracted", root / "extracted")
     return root

@@ -49,9 +49,16 @@ def test_gate_table_compares_declined_pages_with_the_models_own_labels():
     records = []
     for index in range(4):
         info = declined if index < 2 else {"fallback_reason": None}
+        if index < 2:  # the two fallbacks' seconds on the declined pages: 20 and 4 ms, 30 and 6 ms
+            info = {
+                **declined,
+                "fallback_seconds": 0.02 + 0.01 * index,
+                "fast_fallback_seconds": 0.004 * (1 + index / 2),
+            }
         for row, value in (
             ("dripper:cpu-oof/md", 0.8),
             ("dripper:cpu-oof/ungated", 0.5 if index < 2 else 0.8),
+            ("dripper:cpu-oof/fast-fallback", 0.7 if index < 2 else 0.8),
         ):
             records.append(
                 {
@@ -65,8 +72,9 @@ def test_gate_table_compares_declined_pages_with_the_models_own_labels():
     table = cpu_labeler_quality.format_gate(records)
     # Only the two declined pages count: the fallback scored 0.8 on them, the model's own labels 0.5.
     assert "dev_hard" in table and "    2 pages" in table
-    assert "fallback 0.800  model 0.500  gate gains +0.300" in table
-    assert "no page with both rows was declined" in cpu_labeler_quality.format_gate(records[4:])
+    assert "fallback 0.800  fast 0.700  model 0.500  gate gains +0.300" in table
+    assert "fallback 25.0 ms, fast 5.0 ms" in table
+    assert "no page with both rows was declined" in cpu_labeler_quality.format_gate(records[6:])
 
 
 def test_gate_table_replays_other_gates_from_each_pages_best_confidence():
