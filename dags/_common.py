@@ -17,6 +17,7 @@ Deployment defaults come from the environment (the names ``docker/compose.yaml``
 ``DRIPPER_DASK_WORKERS``    simplify's LocalCluster worker processes when no scheduler is set (one per core)
 ``DRIPPER_WARC_COUNT``      WARC files a build takes when the form (or a new-crawl event) names none
 ``DRIPPER_EXTRACT_WORKERS`` extract's LocalCluster worker processes, one labeler each (``1``)
+``DRIPPER_REFINE_WORKERS``  refine's datatrove processes (``-1``: one per core; ``1``: in the task's process)
 ``DRIPPER_BENCHMARK_DATA``  labelled pages for ``extraction_benchmark`` (the bundled sample by default)
 ``DRIPPER_EVAL_SUITE``      the benchmark suite the ablation form proposes (``local``, offline, unless set)
 ``DRIPPER_{JOB}_RUN_ON``    ``slurm`` sends refine/pretrain/eval (``JOB``: REFINE, PRETRAIN, EVAL) to Slurm

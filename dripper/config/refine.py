@@ -131,6 +131,7 @@ class RefineStageConfig(StageConfig):
         -1,
         "datatrove tasks run at once (-1: one per CPU, 1: in the task's process)",
         title="Refinement processes",
+        env="DRIPPER_REFINE_WORKERS",
         ge=-1,
     )
     options: dict[str, Any] = setting(

@@ -89,6 +89,9 @@ def airflow_server(tmp_path_factory) -> AirflowServer:
             "DRIPPER_TOKENIZER": tokenizer,
             "DRIPPER_DASK_WORKERS": "0",
             "DRIPPER_EXTRACT_WORKERS": "0",
+            # datatrove in the refine task's process: on the sample, spawning a process per pass costs more
+            # than the pass (imports); the environment's default, as a small deployment would set it.
+            "DRIPPER_REFINE_WORKERS": "1",
             "DRIPPER_LABELER": "trafilatura",
         }
     )
