@@ -4,7 +4,7 @@ VENV := .venv
 ORACLE_VENV := .venv-oracle
 PIP := $(VENV)/bin/pip
 PYTEST_ARGS ?=
-# pytest-xdist workers (tests/conftest.py groups the tests that share a server and hands the longest groups
+# pytest-xdist workers (tests/xdist_groups.py groups the tests that share a server and hands the longest groups
 # out first, by tests/durations.json: `make test PYTEST_ARGS=--store-durations` refreshes it); a test that
 # hangs ends after TEST_TIMEOUT seconds with its threads' stacks, instead of CI's limit ending the whole run.
 TEST_WORKERS ?= 3

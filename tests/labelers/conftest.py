@@ -239,14 +239,15 @@ def _stop_server():
 def _early_server_start(request, tmp_path_factory):
     """Launch the server at the first test here that shares a process with one needing it (it takes a
     minute, overlapping the tests before): any collected test, or under pytest-xdist a test of this
-    test's group (tests/conftest.py), which runs whole in this worker."""
-    if _SERVER or not _vllm_available() or not (TINY_MODEL / "config.json").exists():
+    test's group (tests/xdist_groups.py), which runs whole in this worker. vLLM is imported only then."""
+    if _SERVER or not (TINY_MODEL / "config.json").exists():
         return
     group = xdist_group(request.node) if running_under_xdist(request.config) else None
-    if any(
+    needed = any(
         "vllm_server" in getattr(item, "fixturenames", ()) and (group is None or xdist_group(item) == group)
         for item in request.session.items
-    ):
+    )
+    if needed and _vllm_available():
         _SERVER.append(VLLMServer(TINY_MODEL, tmp_path_factory.mktemp("vllm") / "server.log"))
 
 
