@@ -207,3 +207,13 @@ def test_no_main_block_gives_empty_output_or_the_fallback_on_request():
     fallen = extract(ARTICLE, labeler=AllOther(), options=ExtractOptions(fallback_on_empty=True))
     assert fallen.extractor == "trafilatura" and fallen.fallback_reason == "no_main_blocks"
     assert "first paragraph" in fallen.markdown
+
+
+def test_the_fallbacks_a_spec_may_name_are_the_registered_ones():
+    """``config.extractor.FALLBACKS`` (the spec's and the CLI's choices, kept light for DAG parsing) and
+    ``dripper.fallback``'s registry name the same fallbacks, and each names its results by its own name."""
+    from dripper.config.extractor import FALLBACKS
+    from dripper.fallback import available_fallbacks, build_fallback
+
+    assert available_fallbacks() == sorted(FALLBACKS)
+    assert [build_fallback(name).name for name in FALLBACKS] == list(FALLBACKS)
