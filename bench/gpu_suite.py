@@ -222,6 +222,9 @@ def run_step(name: str, argv: list[str], timeout: float, out: Path, path: str | 
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
             status = "timeout"
+    if status != "ok":  # the log stays in OUT; its end is what a reader of the run's output needs first
+        tail = (out / f"{name}.log").read_bytes()[-3000:].decode("utf-8", "replace")
+        print(f"--- {name}: {status}, the end of {name}.log ---\n{tail}", file=sys.stderr, flush=True)
     return {"suite_step": name, "status": status, "seconds": round(time.monotonic() - started, 1)}
 
 

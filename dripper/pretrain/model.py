@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime
 import os
-import socket
 from dataclasses import dataclass
 
 import torch
@@ -40,12 +39,6 @@ class ParallelState:
     @property
     def is_last_stage(self) -> bool:
         return self.pp_rank == self.pipeline_parallel - 1
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def resolve_device(device: str) -> torch.device:
@@ -81,15 +74,18 @@ def init_parallel(
         # process that trained before): they belong to the dead world, so they are dropped and rebuilt.
         if parallel_state.model_parallel_is_initialized():
             parallel_state.destroy_model_parallel()
-        if "RANK" not in os.environ:
-            os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-            os.environ.setdefault("MASTER_PORT", str(_free_port()))
-            os.environ.setdefault("RANK", "0")
-            os.environ.setdefault("WORLD_SIZE", "1")
-        torch.distributed.init_process_group(
-            backend="nccl" if target.type == "cuda" else "gloo",
-            timeout=datetime.timedelta(minutes=30),
-        )
+        backend = "nccl" if target.type == "cuda" else "gloo"
+        timeout = datetime.timedelta(minutes=30)
+        if "RANK" in os.environ:  # torchrun's (or Slurm's) world: its rendezvous variables
+            torch.distributed.init_process_group(backend=backend, timeout=timeout)
+        else:
+            # A world of one needs no rendezvous: an in-process store, no port, and nothing written to
+            # os.environ (a loopback port picked here and left in the environment was inherited by the
+            # process's children, whose own world of one then failed to bind it).
+            store = torch.distributed.HashStore()
+            torch.distributed.init_process_group(
+                backend=backend, store=store, rank=0, world_size=1, timeout=timeout
+            )
     world_size = torch.distributed.get_world_size()
     if world_size % (tensor_parallel * pipeline_parallel):
         raise ValueError(

@@ -59,7 +59,8 @@ def test_two_process_run_matches_single_process(reference, parallel, tmp_path):
 def test_groups_of_a_destroyed_world_are_rebuilt():
     """A process that trained, then had its process group destroyed by another library (vLLM's shutdown
     does), trains again: Megatron's stale groups are dropped instead of failing with "Group … is not
-    registered". In a subprocess, so this test's world does not leak into the others."""
+    registered"; its children start worlds of their own. In a subprocess, so this test's world does not
+    leak into the others."""
     script = (
         "import torch\n"
         "from dripper.pretrain.model import init_parallel\n"
@@ -67,9 +68,15 @@ def test_groups_of_a_destroyed_world_are_rebuilt():
         "torch.distributed.destroy_process_group()\n"
         "state = init_parallel(1, 1, 'cpu')\n"
         "print('rank', state.rank, state.pp_rank, state.tp_rank)\n"
+        # A world of one writes no rendezvous variables: a child inheriting them once tried to bind the
+        # parent's port (bench/gpu_suite.py's pretraining step, started from a process that had trained).
+        "import os, subprocess, sys\n"
+        "assert not {'RANK', 'WORLD_SIZE', 'MASTER_PORT'} & set(os.environ), os.environ\n"
+        "child = \"from dripper.pretrain.model import init_parallel; init_parallel(1, 1, 'cpu'); print('child')\"\n"
+        "print(subprocess.run([sys.executable, '-c', child], capture_output=True, text=True).stdout.strip())\n"
     )
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_PORT")}
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, env=env,
                           timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip().splitlines()[-1] == "rank 0 0 0"
+    assert done.stdout.strip().splitlines()[-2:] == ["rank 0 0 0", "child"]
