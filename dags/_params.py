@@ -308,7 +308,8 @@ def extractors_params() -> dict[str, Param]:
             "(fineweb: datatrove's Trafilatura(favour_precision=True) text; dclm: Resiliparse main-content text), "
             "or NAME=LABELER,key=value,… for a "
             "named spec with options, e.g. v11=vllm,model=/models/MinerU-HTML-v1.1 or "
-            "v10=vllm,model=/models/MinerU-HTML,answer_format=json (also fallback=empty|none), or JSON, a "
+            "v10=vllm,model=/models/MinerU-HTML,answer_format=json (also fallback=empty|none; output=text for "
+            "plain-text documents like the baselines' instead of Markdown, e.g. plain=cpu,output=text), or JSON, a "
             'cascade included: {"name": "casc", "labeler": "cpu", "route": {"labeler": "vllm", "options": '
             '{"model": "/models/x"}, "share": 0.3}}. The name names the corpus folder and the report rows; '
             "checked before any WARC is read.",

@@ -21,7 +21,7 @@ from typing import Any
 
 from dripper.types import ExtractResult, Page
 
-OUTPUT_FORMATS = ("markdown", "html", "json")
+OUTPUT_FORMATS = ("markdown", "text", "html", "json")
 
 
 class PageSource:
@@ -91,7 +91,12 @@ def result_record(result: ExtractResult, output_format: str) -> dict:
         "n_blocks": result.stats.get("n_blocks", 0),
         "seconds": round(result.stats.get("seconds", 0.0), 5),
     }
-    if output_format == "markdown":
+    if output_format == "text":  # plain text, paragraphs kept: what DripperExtractor writes by default
+        from dripper.markdown_text import markdown_plain_text
+
+        del record["main_html"], record["markdown"]
+        record["text"] = markdown_plain_text(result.markdown) if result.markdown else ""
+    elif output_format == "markdown":
         del record["main_html"]
     elif output_format == "html":
         del record["markdown"]
@@ -288,7 +293,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_extractor_arguments(extract)
     ExtractStageConfig.add_arguments(extract, ["batch_size"])
     extract.add_argument(
-        "--format", default="json", choices=OUTPUT_FORMATS, help="which content fields to write"
+        "--format",
+        default="json",
+        choices=OUTPUT_FORMATS,
+        help="which content fields to write (text: the Markdown as plain text, paragraphs kept)",
     )
     SimplifyStageConfig.add_arguments(extract, ["max_page_bytes"])
     extract.add_argument("--limit", type=int, default=0, help="stop after N pages (0: all)")

@@ -83,6 +83,13 @@ def add_train_labeler_parser(subparsers) -> argparse.ArgumentParser:
         metavar="FILE",
         help="JSONL(.gz) files whose record ids are left out of training (e.g. data/sample/pages.jsonl.gz)",
     )
+    parser.add_argument(
+        "--exclude-source",
+        action="append",
+        default=[],
+        metavar="SOURCE",
+        help="leave this collection's pages (the records' source) out of training (repeatable; cpu only)",
+    )
     parser.add_argument("--workers", type=int, default=2, help="processes for building the training set")
     parser.add_argument("--threads", type=int, default=2, help="threads per model fit")
     parser.add_argument("--rounds", type=int, default=None, help="boosting rounds per stage (default 150)")
@@ -213,6 +220,9 @@ def run_train_labeler(args: argparse.Namespace) -> int:
         return 2
     excluded = {str(record.get("id")) for path in args.exclude_pages for record in iter_records(path)}
     if args.kind == "cpu_seq":
+        if args.exclude_source:
+            print("error: --exclude-source: cpu only (give cpu_seq --exclude-pages)", file=sys.stderr)
+            return 2
         return run_train_seq_labeler(args, excluded)
     try:
         params = train_params(args)
@@ -231,6 +241,7 @@ def run_train_labeler(args: argparse.Namespace) -> int:
             exclude_ids=excluded,
             limit=args.limit,
             quiet=args.quiet,
+            exclude_sources=args.exclude_source,
         )
     except ImportError as error:
         print(

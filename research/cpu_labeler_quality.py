@@ -200,6 +200,8 @@ def run_quality(args: argparse.Namespace) -> int:
     args.train_param = parse_key_values(args.train_param, "--train-param")
     started = time.perf_counter()
     training = build_training_set(args.data, workers=args.workers, limit=args.limit, progress=True)
+    # --train-exclude-source: the fold models never train on these sources' pages, which are still scored.
+    trainable = [page.source not in set(args.train_exclude_source) for page in training.pages]
     # --lump-sources: several sources form one fold of --by source (held out together, named as one).
     lumped = lumped_sources(args.lump_sources)
     for page in training.pages:
@@ -210,7 +212,9 @@ def run_quality(args: argparse.Namespace) -> int:
             cv = pickle.load(cached)  # noqa: S301
     else:
         params = TrainParams(**{"threads": args.threads, **args.train_param})
-        cv = cross_validate(training.pages, params, folds=args.folds, seed=args.seed, by=args.by)
+        cv = cross_validate(
+            training.pages, params, folds=args.folds, seed=args.seed, by=args.by, trainable=trainable
+        )
     if args.save_cv:
         with gzip.open(args.save_cv, "wb") as cache:
             pickle.dump(cv, cache)
@@ -269,6 +273,7 @@ def run_quality(args: argparse.Namespace) -> int:
             "folds": args.folds,
             "seed": args.seed,
             "train_params": args.train_param,
+            "train_exclude_sources": args.train_exclude_source,
             "labeler_options": args.labeler_option,
         },
         "wall_seconds": time.perf_counter() - started,
@@ -441,6 +446,13 @@ def add_parsers(modes) -> None:
         help="with --by source: these sources are one fold, NAME (repeatable)",
     )
     quality.add_argument("--folds", type=int, default=5)
+    quality.add_argument(
+        "--train-exclude-source",
+        action="append",
+        default=[],
+        metavar="SOURCE",
+        help="train the fold models without this source's pages, still scoring them (repeatable)",
+    )
     quality.add_argument("--seed", type=int, default=0)
     quality.add_argument("--threads", type=int, default=2, help="threads per model fit")
     quality.add_argument("--workers", type=int, default=2, help="processes for features and scoring")

@@ -37,6 +37,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "dripper.decode",
         "dripper.io",
         "dripper.sandbox",
+        "dripper.versions",
     ),
     ("dripper.config",),
     (

@@ -33,7 +33,8 @@ class ExtractStageConfig(StageConfig):
     extractor: Annotated[ExtractorSpec, WithJsonSchema({"type": "string", "minLength": 1})] = setting(
         DEFAULT_LABELER,
         "The extractor: a labeler name (cpu, trafilatura), NAME=LABELER,key=value,… (e.g. "
-        "v11=vllm,model=/models/MinerU-HTML-v1.1, also fallback=empty|none, fallback_on_empty=true) or JSON, "
+        "v11=vllm,model=/models/MinerU-HTML-v1.1, also fallback=empty|none, fallback_on_empty=true, "
+        "output=text for plain-text documents instead of Markdown) or JSON, "
         'a cascade included: {"name": "casc", "labeler": "cpu", "route": {"labeler": "vllm", "options": '
         '{"model": "/models/x"}, "share": 0.3}}; its name names the extractor\'s folder',
         title="Extractor",

@@ -39,7 +39,9 @@ from dripper.hints import did_you_mean
 __all__ = [
     "DEFAULT_FALLBACK",
     "FALLBACKS",
+    "OUTPUTS",
     "default_fallback",
+    "default_output",
     "labeler_is_lm",
     "labeler_spec",
     "ExtractorSpec",
@@ -55,6 +57,10 @@ __all__ = [
 DEFAULT_FALLBACK = "trafilatura"
 #: The fallbacks a spec may name (``dripper.fallback`` registers one implementation each).
 FALLBACKS = ("trafilatura", "trafilatura_fast", "empty")
+#: What a corpus document's text is: the main content as Markdown (headings, lists, tables), or the same
+#: content as plain text (the markup stripped, paragraphs kept), what datatrove's and Resiliparse's
+#: extractors write and stock quality filters expect.
+OUTPUTS = ("markdown", "text")
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 LABELER_PATTERN = r"^[A-Za-z0-9_.]+(:[A-Za-z0-9_.]+)?$"
 
@@ -156,6 +162,10 @@ class ExtractorSpec(BaseModel):
         fallback: Extractor for pages the labeler cannot label (``None``: leave them empty); left out, the
             default of the labeler (:func:`default_fallback`).
         fallback_on_empty: Also fall back when no block is labelled main content.
+        output: The corpus documents' text: ``markdown`` or ``text`` (plain text, paragraphs kept);
+            left out, the default of the labeler (:func:`default_output`: ``text`` for the whole-page
+            extractors, which make nothing else). The extracted shards hold Markdown either way; the
+            refine stage reads them as this says.
         gpu: Whether its extract tasks need a GPU worker (``None``: by the labeler, see :attr:`needs_gpu`).
     """
 
@@ -168,6 +178,9 @@ class ExtractorSpec(BaseModel):
         DEFAULT_FALLBACK, description="Extractor for pages the labeler cannot label (none: leave them empty)"
     )
     fallback_on_empty: bool = Field(False, description="Also fall back when no block is labelled main")
+    output: Literal[OUTPUTS] = Field(
+        "markdown", description="The corpus documents' text: markdown, or text (plain, paragraphs kept)"
+    )
     gpu: bool | None = Field(
         None, description="Its extract tasks need a GPU worker (empty: vllm, and torch unless on cpu)"
     )
@@ -179,6 +192,12 @@ class ExtractorSpec(BaseModel):
     @classmethod
     def _none_spelled_out(cls, value: Any) -> Any:
         return None if value in ("none", "") else value
+
+    @model_validator(mode="after")
+    def _output_it_makes(self) -> ExtractorSpec:
+        if self.output != default_output(self.labeler) and default_output(self.labeler) == "text":
+            raise ValueError(f"output: {self.labeler} makes plain text only (output=text)")
+        return self
 
     @property
     def is_lm(self) -> bool:
@@ -208,6 +227,8 @@ class ExtractorSpec(BaseModel):
             text += f", fallback {self.fallback or 'none'}"
         if self.fallback_on_empty:
             text += ", fallback on empty"
+        if self.output != default_output(self.labeler):
+            text += f", {self.output} output"
         if self.route is not None:
             text += f", {self.route.describe()}"
         return text if self.name == self.labeler and not options else f"{self.name} = {text}"
@@ -219,6 +240,14 @@ def default_fallback(labeler: str) -> str | None:
     from dripper.config.labelers import PAGE_EXTRACTORS
 
     return None if labeler in PAGE_EXTRACTORS else DEFAULT_FALLBACK
+
+
+def default_output(labeler: str) -> str:
+    """The output of a spec that names none: ``markdown``, except for a whole-page extractor (``fineweb``,
+    ``dclm``), whose text is plain as the corpora they stand for had it."""
+    from dripper.config.labelers import PAGE_EXTRACTORS
+
+    return "text" if labeler in PAGE_EXTRACTORS else "markdown"
 
 
 def _default_name(labeler: str) -> str:
@@ -246,7 +275,7 @@ def _from_text(text: str) -> dict[str, Any]:
                 "(form: NAME=LABELER,key=value,…, e.g. qwen=vllm,model=/models/MinerU-HTML)"
             )
         key = key.strip()
-        if key in ("fallback", "fallback_on_empty", "gpu"):
+        if key in ("fallback", "fallback_on_empty", "gpu", "output"):
             entry[key] = parse_value(value.strip())
         else:
             entry["options"][key] = parse_value(value.strip())
@@ -279,6 +308,8 @@ def parse_extractor(value: str | Mapping[str, Any] | ExtractorSpec) -> Extractor
         entry["name"] = _default_name(str(entry["labeler"]))
     if "fallback" not in entry and default_fallback(str(entry.get("labeler", ""))) != DEFAULT_FALLBACK:
         entry["fallback"] = default_fallback(str(entry["labeler"]))
+    if "output" not in entry and default_output(str(entry.get("labeler", ""))) != "markdown":
+        entry["output"] = default_output(str(entry["labeler"]))
     try:
         return ExtractorSpec.model_validate(entry)
     except ValidationError as error:

@@ -13,6 +13,7 @@ _EXPORTS = {
     "DripperExtractor": "extractor",
     "ExtractorBuildError": "extractor",
     "DripperWarcReader": "reader",
+    "QualityWordTokenizer": "recipes",
     "reader_accounting": "reader",
     "fineweb_pipeline": "recipes",
     "pipeline_accounting": "recipes",

@@ -14,7 +14,11 @@ A FineWeb-shaped pipeline swaps one step::
 It reads each :class:`~datatrove.data.Document`'s ``text`` as HTML (``str``, or ``bytes`` decoded with the
 charset in ``metadata["http_charset"]`` or sniffed), its URL from ``metadata["url"]``, runs the extractor of
 an extractor spec (any registered labeler, a cascade, a fallback alone; docs/extraction.md#extractor-specs)
-through :class:`dripper.pipeline.Extractor`, and writes the Markdown (``output="text"``: plain text) to ``text``,
+through :class:`dripper.pipeline.Extractor`, and writes the main content to ``text`` as plain text,
+paragraphs kept, as datatrove's ``Trafilatura()`` does, so that stock filters (Gopher, C4, FineWeb) count
+its words as they count Trafilatura's (``output="markdown"``: the Markdown, headings, lists and tables; a
+pipeline that keeps it gives those filters :class:`~dripper.refine.language.QualityWordTokenizer`,
+exported here, which reads words through the Markdown syntax),
 with ``extractor`` (what produced it: ``dripper:cpu``, ``trafilatura``), ``fallback_reason``,
 ``page_confidence``, ``labeler`` and ``extractor_spec`` in ``metadata``.
 
@@ -100,8 +104,9 @@ class DripperExtractor(PipelineStep):
             ``vllm``…), its text form (``casc=cpu`` …), a dict or an
             :class:`~dripper.config.extractor.ExtractorSpec` (a cascade with ``route`` included). Checked
             here, when the pipeline is built, not in the task.
-        output: ``markdown`` (headings, lists, tables) or ``text`` (the same content with the Markdown
-            markup stripped, paragraphs kept).
+        output: ``text`` (plain text, paragraphs kept: what datatrove's extractors write and its stock
+            filters expect) or ``markdown`` (headings, lists, tables). The step's own choice: a spec's
+            ``output`` field is the run folders' (the refine stage's), not read here.
         batch_size: Documents per labeler call.
         timeout: Seconds per document (a batch gets ``timeout × documents``); ``None``: no bound.
         sandbox: ``auto``, ``process``, ``signal`` or ``none`` (see the module docstring).
@@ -116,7 +121,7 @@ class DripperExtractor(PipelineStep):
         self,
         extractor: Any = "cpu",
         *,
-        output: Literal["markdown", "text"] = "markdown",
+        output: Literal["markdown", "text"] = "text",
         batch_size: int = 64,
         timeout: float | None = 10.0,
         sandbox: Literal["auto", "process", "signal", "none"] = "auto",

@@ -3,7 +3,7 @@
 datatrove's own ``WarcReader`` reads with warcio and ends the whole task on a corrupt gzip member
 (``zlib.error``) or on a record cut off at the end of a file (``EOFError``). :class:`DripperWarcReader`
 reads the same files with FastWARC and keeps going: a corrupt member is counted and reading resumes at the
-next one, a cut-off record is counted as ``truncated``, and every other record that is not an HTML 200
+next one, a record cut off by the end of its file is counted as ``truncated``, and every other record that is not an HTML 200
 response is counted with its reason. Each page becomes a :class:`~datatrove.data.Document` whose ``text`` is
 the decoded HTML (charset from the HTTP header, ``<meta>`` or sniffing: :func:`dripper.decode.decode_html`),
 with ``url``, ``date``, the WARC location and the payload digest in ``metadata``; what
@@ -13,7 +13,14 @@ Stats (datatrove's per-step ``stat_update``): ``records`` (WARC records read), `
 forwarded, counted by datatrove's reader base), ``dropped:{reason}`` per skipped record (``not_response``, ``non_200``, ``non_html``,
 ``too_large``, ``truncated``, ``bad_record``, ``empty_payload``) and per unreadable region
 (``bad_gzip_member``, ``unreadable_rest``: one count per region, as the data plane counts them), and
-``kept_truncated`` for truncated pages forwarded with ``keep_truncated=True``. For every task
+``kept_truncated`` for truncated pages forwarded.
+
+**Truncated records.** As datatrove's ``WarcReader`` (what FineWeb read with), records whose payload the
+crawler cut short (``WARC-Truncated``: Common Crawl stops at 1 MiB) are forwarded, flagged with
+``metadata["truncated"] = True`` and counted as ``kept_truncated``; ``keep_truncated=False`` drops them
+(``dropped:truncated``). The data plane's simplify stage drops them by default (its ``keep_truncated``
+setting): a page cut at 1 MiB usually lost its end, and the platform's own corpora prefer none to half.
+For every task
 ``records + regions == documents + Σ dropped`` holds (:func:`reader_accounting` checks it).
 """
 
@@ -40,16 +47,16 @@ class DripperWarcReader(BaseDiskReader):
             Crawl's ``warc.paths`` (uncompress it first); without it every ``*.warc*`` file found is read.
         glob_pattern: Which files to read (default ``*.warc*``; relative to ``data_folder``).
         max_payload_bytes: Larger payloads are dropped unread as ``too_large``.
-        keep_truncated: Forward pages whose payload is truncated (Common Crawl cuts bodies at 1 MiB) instead
-            of dropping them; they carry ``metadata["truncated"] = True`` and are counted as
-            ``kept_truncated``.
+        keep_truncated: Forward pages whose payload is truncated (Common Crawl cuts bodies at 1 MiB), as
+            datatrove's ``WarcReader`` does (the default); they carry ``metadata["truncated"] = True`` and
+            are counted as ``kept_truncated``. ``False``: drop them as ``dropped:truncated``.
 
     ``limit``, ``skip``, ``file_progress``, ``doc_progress``, ``default_metadata``, ``recursive``,
     ``shuffle_files`` and ``adapter`` are datatrove's reader options.
     """
 
     name = "🕷 Dripper WARC"
-    _requires_dependencies = [("fastwarc", "resiliparse")]
+    _requires_dependencies = ["fastwarc"]
 
     def __init__(
         self,
@@ -58,7 +65,7 @@ class DripperWarcReader(BaseDiskReader):
         *,
         glob_pattern: str | None = "**/*.warc*",
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
-        keep_truncated: bool = False,
+        keep_truncated: bool = True,
         limit: int = -1,
         skip: int = 0,
         file_progress: bool = False,

@@ -30,8 +30,9 @@ from datatrove.pipeline.base import PipelineStep
 
 from dripper.datatrove.extractor import DripperExtractor
 from dripper.datatrove.reader import DripperWarcReader, reader_accounting
+from dripper.refine.language import QualityWordTokenizer  # exported by dripper.datatrove
 
-__all__ = ["FINEWEB_FILTERS", "fineweb_pipeline", "pipeline_accounting"]
+__all__ = ["FINEWEB_FILTERS", "QualityWordTokenizer", "fineweb_pipeline", "pipeline_accounting"]
 
 #: FineWeb's filters after extraction, in its order (the ``refine`` stage's step names).
 FINEWEB_FILTERS = ("language", "gopher_repetition", "gopher_quality", "c4_quality", "fineweb_quality")
@@ -44,7 +45,7 @@ def fineweb_pipeline(
     *,
     paths_file: str | None = None,
     glob_pattern: str | None = "**/*.warc*",
-    keep_truncated: bool = False,
+    keep_truncated: bool = True,
     url_filter: bool = True,
     filters: Sequence[str] = FINEWEB_FILTERS,
     refine: Any = None,
@@ -72,6 +73,8 @@ def fineweb_pipeline(
     from dripper.refine.steps import RefineConfig, build_step, step_spec
 
     config = refine if isinstance(refine, RefineConfig) else RefineConfig.from_dict(refine)
+    if config.text_format == "auto":  # the filters count words as the extractor writes them
+        config = config.replace(text_format=dict(extractor_options or {}).get("output", "text"))
     for name in filters:
         if step_spec(name).kind not in ("filter", "formatter"):
             raise ValueError(f"{name!r} is not a per-document filter (dedup and tokenize run as own passes)")

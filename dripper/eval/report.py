@@ -268,6 +268,16 @@ def lm_cost(
     return cost
 
 
+def text_format(refine_summary: dict[str, Any] | None, spec: dict[str, Any]) -> str:
+    """What the arm's documents were: ``markdown`` or ``text``, as its refinement read them (its summary),
+    else as its spec's ``output`` says (or its labeler's default)."""
+    if refine_summary and refine_summary.get("text_format") in ("markdown", "text"):
+        return refine_summary["text_format"]
+    from dripper.config.extractor import default_output
+
+    return spec.get("output") or default_output(str(spec.get("labeler") or ""))
+
+
 def training_curve(run: Path | None) -> list[dict[str, Any]] | None:
     if run is None:
         return None
@@ -499,6 +509,7 @@ def collect(inputs: ReportInputs) -> dict[str, Any]:
                 "missing_inputs": missing_inputs(inputs, item),
                 "baseline": baseline_settings(item.spec or {"labeler": item.labeler}),
                 "decontamination": (own or {}).get("decontamination"),
+                "text_format": text_format(own, item.spec or {"labeler": item.labeler}),
             }
         )
     all_rows = {row: data["all"] for row, data in (extraction or {}).get("rows", {}).items()}

@@ -408,7 +408,10 @@ def _spec_text(e: dict[str, Any]) -> str:
     text += f"; fallback {spec.get('fallback') or 'none'}" + (
         ", also on empty" if spec.get("fallback_on_empty") else ""
     )
-    return text
+    return text + (f"; {_FORMATS[e['text_format']]}" if e.get("text_format") in _FORMATS else "")
+
+
+_FORMATS = {"markdown": "Markdown documents", "text": "plain-text documents"}
 
 
 def _run_section(data: dict[str, Any]) -> str:
@@ -446,6 +449,15 @@ def _run_section(data: dict[str, Any]) -> str:
             )
         )
     items.append(("Extractors", "; ".join(f"{e['name']}: {_spec_text(e)}" for e in data["extractors"])))
+    formats = {e.get("text_format") for e in data["extractors"]} - {None}
+    if len(formats) > 1:
+        items.append(
+            (
+                "Document text",
+                "the arms trained on different formats (Markdown and plain text): their differences mix the "
+                "extractor with the format; give the Markdown arms output=text to compare extractors alone",
+            )
+        )
     body = "".join(f"<dt>{html.escape(str(k))}</dt><dd>{_fmt(v)}</dd>" for k, v in items)
     missing = [
         *data.get("missing_inputs", []),
@@ -753,6 +765,7 @@ def render_markdown(data: dict[str, Any]) -> str:
         table.append(
             [
                 e["name"],
+                e.get("text_format") or "–",
                 corpus.get("documents_in", "–"),
                 corpus.get("documents_out", "–"),
                 corpus.get("tokens_out", "–"),
@@ -762,7 +775,8 @@ def render_markdown(data: dict[str, Any]) -> str:
             ]
         )
     lines += _markdown_table(
-        ["extractor", "docs in", "docs out", "tokens out", "dedup rate", "ROUGE-5 F1", "final loss"], table
+        ["extractor", "text", "docs in", "docs out", "tokens out", "dedup rate", "ROUGE-5 F1", "final loss"],
+        table,
     )
     lines += controls_markdown(data)
     lines += ["## What each extractor asked of the LM", "", LM_COST_NOTE, ""]

@@ -176,7 +176,7 @@ def _require_fastwarc() -> Any:
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError(
             "FastWARC is needed to read WARC files; install the data-plane extra: "
-            "pip install 'dripper-platform[dataplane]' (or: pip install resiliparse)"
+            "pip install 'dripper-platform[dataplane]' (or: pip install fastwarc)"
         ) from exc
     return warc
 

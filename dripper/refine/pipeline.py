@@ -59,7 +59,9 @@ from typing import Any
 from datatrove.pipeline.readers.parquet import ParquetReader
 from datatrove.pipeline.writers.jsonl import JsonlWriter
 
+from dripper.config.labelers import PAGE_EXTRACTORS
 from dripper.io.storage import filesystem_for, is_local, join_path
+from dripper.markdown_text import markdown_plain_text
 from dripper.refine import steps as step_configs
 from dripper.refine.steps import RefineConfig
 from dripper.refine.summary import PLAN_NAME, AuditPoint, ExclusionWriter, summarize_refine
@@ -88,7 +90,8 @@ class RefineError(RuntimeError):
 class ExtractedShardReader(ParquetReader):
     """Read extracted shards (``files``, relative to ``data_folder``; task ``r`` reads ``files[r::tasks]``).
 
-    Each row becomes a document: ``text_column`` as text, ``doc_id`` as id, the carried columns (URL, WARC
+    Each row becomes a document: ``text_column`` as text (its Markdown as plain text where ``text_format``
+    is ``text``), ``doc_id`` as id, the carried columns (URL, WARC
     file, fetch date, extractor, fallback reason), the extraction ``stats`` (``extract_stats``), the crawl
     and the source shard as metadata. Rows with empty text (pages the extractor gave nothing for) are
     counted (``dropped_empty_text``) and written to ``exclusion_writer``; every row counts in
@@ -104,8 +107,10 @@ class ExtractedShardReader(ParquetReader):
         text_column: str = "markdown",
         crawl: str | None = None,
         exclusion_writer: Any = None,
+        text_format: str = "markdown",
     ) -> None:
         super().__init__(data_folder, text_key=text_column, id_key="doc_id", batch_size=256)
+        self.plain_text = text_format == "text"
         self.files = list(files)
         self.crawl = crawl
         self.exclusion_writer = exclusion_writer
@@ -139,6 +144,8 @@ class ExtractedShardReader(ParquetReader):
         extractor = row.get("extractor") or "unknown"
         self.stat_update(f"rows/{extractor}")
         text = row.get(self.text_key) or ""
+        if self.plain_text and text and extractor not in PAGE_EXTRACTORS:  # theirs is plain already
+            text = markdown_plain_text(text)
         metadata = {name: row.get(name) for name in _CARRIED}
         metadata["extract_stats"] = row.get("stats")
         metadata["crawl"] = self.crawl or _crawl_of(row.get("warc_file"))
@@ -298,7 +305,7 @@ def build_passes(
 
     def reader(exclusion: Any = None) -> ExtractedShardReader:
         return ExtractedShardReader(
-            folder(layout.extracted), files, config.text_column, config.crawl, exclusion
+            folder(layout.extracted), files, config.text_column, config.crawl, exclusion, config.text_format
         )
 
     passes: list[Pass] = []
@@ -565,6 +572,17 @@ def _write_json(fs: Any, path: str, data: dict[str, Any]) -> None:
         f.write(json.dumps(data, indent=1) + "\n")
 
 
+def recorded_output(root: str, storage_options: dict[str, Any] | None = None) -> str:
+    """The ``output`` of the extractor spec recorded in ``root`` (``_extractor.json``), the documents' text
+    format (``markdown`` where no spec is recorded: a root written before specs recorded one)."""
+    from dripper.config.extractor import parse_extractor
+    from dripper.stages.extractor import EXTRACTOR_FILE
+
+    fs, base = filesystem_for(root, storage_options)
+    data = _read_json(fs, posixpath.join(base.rstrip("/"), EXTRACTOR_FILE))
+    return parse_extractor(data).output if data else "markdown"
+
+
 def _computing_config(config: RefineConfig) -> dict[str, Any]:
     data = config.to_dict()
     for name in _EXECUTION_FIELDS:
@@ -614,7 +632,9 @@ def _prepare(
     previous = _read_json(fs, plan_path)
     available = _input_files(layout, storage_options)
     if previous is not None:
-        if previous.get("computing_config") != _computing_config(config):
+        # A run started before text_format existed read its text as Markdown.
+        started = {"text_format": "markdown", **(previous.get("computing_config") or {})}
+        if started != _computing_config(config):
             raise ValueError(
                 f"{layout.refine} was started with another config ({plan_path}); refine into a new output_root, "
                 "or pass force=True (--force) to delete this run's corpus, tokens and refine/ and start over"
@@ -677,6 +697,8 @@ def run_refine(
     if not isinstance(config, RefineConfig):
         config = RefineConfig.from_dict(config)
     layout = Layout(_root(input_root), _root(output_root or input_root))
+    if config.text_format == "auto":
+        config = config.replace(text_format=recorded_output(layout.input_root, storage_options))
     started = time.perf_counter()
     files, plan = _prepare(layout, config, storage_options, force)
     passes = build_passes(layout, files, config, storage_options)

@@ -336,6 +336,8 @@ def step_spec(name: str) -> StepSpec:
 
 EXECUTORS = ("local", "slurm", "ray")
 OUTPUT_FORMATS = ("parquet", "jsonl")
+#: The documents' text (``RefineConfig.text_format``): ``auto`` reads the extractor spec's ``output``.
+TEXT_FORMATS = ("auto", "markdown", "text")
 
 
 @dataclass(frozen=True)
@@ -346,9 +348,14 @@ class RefineConfig:
         steps: Step names to run (:data:`STEP_ORDER` order whatever the order given); a comma-separated
             string is accepted.
         text_column: The extracted column refined as the document text (``markdown``).
+        text_format: What the documents' text is: ``markdown`` (the column as it is), ``text`` (its
+            Markdown as plain text, paragraphs kept; rows of a whole-page extractor, plain already, as they
+            are) or ``auto``: the extractor spec's ``output`` recorded beside the shards (``markdown`` where
+            none is).
         quality_language: Word-tokenizer language of the Gopher, C4, FineWeb and MinHash steps.
         markdown_words: Those steps count the words of the Markdown, not its syntax tokens (``#``, ``*``,
-            ``|``, link targets); see :class:`dripper.refine.language.QualityWordTokenizer`.
+            ``|``, link targets), where the text is Markdown (``text_format``); see
+            :class:`dripper.refine.language.QualityWordTokenizer`.
         output_format: ``parquet`` (``corpus/part-NNNNN.parquet``) or ``jsonl`` (``.jsonl.gz``).
         write_exclusions: Write every dropped document with its reason under ``refine/excluded/{step}/``.
         tasks: Tasks (shards of work) of each per-document pass; the extracted shards are split among them.
@@ -368,6 +375,7 @@ class RefineConfig:
 
     steps: tuple[str, ...] = DEFAULT_STEPS
     text_column: str = "markdown"
+    text_format: str = "auto"
     quality_language: str = "en"
     markdown_words: bool = True
     output_format: str = "parquet"
@@ -407,6 +415,10 @@ class RefineConfig:
             f"output_format must be one of {OUTPUT_FORMATS}, got {self.output_format!r}",
         )
         _check(bool(self.text_column), "text_column must name a column of the extracted shards")
+        _check(
+            self.text_format in TEXT_FORMATS,
+            f"text_format must be one of {TEXT_FORMATS}, got {self.text_format!r}",
+        )
         custom = tuple(step.model_dump() for step in _checked_custom_steps(self.custom_steps))
         object.__setattr__(self, "custom_steps", custom)
         for step in custom:
@@ -515,7 +527,9 @@ def quality_words(config: RefineConfig) -> Any:
     """The word tokenizer of the word-level steps (:class:`~dripper.refine.language.QualityWordTokenizer`)."""
     from dripper.refine.language import QualityWordTokenizer
 
-    return QualityWordTokenizer(config.quality_language, config.markdown_words)
+    return QualityWordTokenizer(
+        config.quality_language, config.markdown_words and config.text_format != "text"
+    )
 
 
 def build_step(step: str, config: RefineConfig, exclusion_writer: Any = None) -> Any:

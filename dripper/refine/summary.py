@@ -382,6 +382,8 @@ def summarize_refine(
         "complete": not incomplete,
         "incomplete_phases": incomplete,
         "token_unit": plan.get("token_unit"),
+        # the documents' text: markdown or plain text (a plan from before the choice: Markdown)
+        "text_format": (plan.get("config") or {}).get("text_format", "markdown"),
         **build_summary(plan, phase_stats),
         "phases": [
             {k: phase[k] for k in ("name", "tasks", "completed_tasks") if k in phase}

@@ -47,7 +47,11 @@ def record_extractor(
     except FileNotFoundError:
         existing = None
     if existing is not None and _made_alike(existing, wanted):
-        return existing  # the same output (a spec written before a field was added, or another placement)
+        # The same shards (a spec written before a field was added, or another placement). The corpus
+        # documents' text format is read from here by the refine stage: a new one replaces the old.
+        if parse_extractor(existing).output == spec.output:
+            return existing
+        existing = None
     if existing is not None and existing != wanted and not force:
         raise ValueError(
             f"{join_path(str(root), EXTRACTOR_FILE)}: this folder holds extractor {existing.get('name')!r} made "
@@ -62,15 +66,15 @@ def record_extractor(
 
 
 def _made_alike(existing: dict[str, Any], wanted: dict[str, Any]) -> bool:
-    """Whether two recorded specs make the same pages: their fields with defaults filled in, less where the
-    tasks run (``gpu``)."""
+    """Whether two recorded specs make the same shards: their fields with defaults filled in, less where the
+    tasks run (``gpu``) and how the refine stage reads the shards (``output``)."""
     from dripper.config.extractor import ExtractorSpecError, parse_extractor
 
     try:
         existing = parse_extractor(existing).to_dict()
     except ExtractorSpecError:
         return False
-    placement = {"gpu"}
+    placement = {"gpu", "output"}
     return {k: v for k, v in existing.items() if k not in placement} == {
         k: v for k, v in wanted.items() if k not in placement
     }

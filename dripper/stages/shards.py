@@ -39,6 +39,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from dripper.io.storage import filesystem_for, is_local, publish_bytes
+from dripper.versions import software_versions
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -269,6 +270,7 @@ class ShardWriter:
             "rows": stats.rows_out,
             "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "stats": stats.to_dict(),
+            "software": software_versions(),  # of the process that made the shard
             **(extra or {}),
         }
         path = self.marker_path(shard_index)
@@ -382,8 +384,14 @@ class ShardWriter:
         """Roll the stage's markers up (see :func:`summarize_stage`)."""
         total = ShardStats()
         shards = self.done_shards()
+        software: dict[str, tuple[dict[str, Any], int]] = {}  # distinct version sets, with their shards
         for index in shards:
-            total.merge(ShardStats.from_dict(self.read_marker(index).get("stats", {})))
+            marker = self.read_marker(index)
+            total.merge(ShardStats.from_dict(marker.get("stats", {})))
+            if marker.get("software"):
+                key = json.dumps(marker["software"], sort_keys=True)
+                seen, count = software.get(key, (marker["software"], 0))
+                software[key] = (seen, count + 1)
         summary: dict[str, Any] = {
             "stage": self.stage,
             "shards_done": len(shards),
@@ -394,6 +402,13 @@ class ShardWriter:
             "fallbacks": dict(sorted(total.fallbacks.items())),
             "counters": dict(sorted(total.counters.items())),
             "seconds": round(total.seconds, 6),
+            # what made the shards: one version set, or several (each with its shard count) when the
+            # workers differed: a corpus whose shards two parser stacks made is not reproducible as one
+            "software": (
+                next(iter(software.values()))[0]
+                if len(software) == 1
+                else [{"shards": count, **seen} for seen, count in software.values()] or None
+            ),
         }
         if expected_shards is not None:
             missing = sorted(set(range(expected_shards)) - set(shards))

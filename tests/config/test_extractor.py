@@ -179,6 +179,27 @@ def test_a_recorded_spec_is_the_same_spec_whatever_the_placement_or_an_added_fie
     )
 
 
+def test_the_output_format_is_the_specs_and_changes_no_shard(tmp_path):
+    """``output`` (Markdown or plain-text documents): Markdown by default, plain text for the whole-page
+    extractors, which make nothing else; a new one replaces the recorded one without a recompute."""
+    from dripper.stages.extractor import EXTRACTOR_FILE, record_extractor
+
+    assert parse_extractor("cpu").output == "markdown"
+    assert parse_extractor("fineweb").output == "text" and parse_extractor("dclm").output == "text"
+    text = parse_extractor("plain=cpu,output=text")
+    assert text.output == "text" and text.describe() == "plain = cpu, text output"
+    assert parse_extractor(json.dumps(text.to_dict())) == text
+    with pytest.raises(ExtractorSpecError, match="output: fineweb makes plain text only"):
+        parse_extractor("f=fineweb,output=markdown")
+    with pytest.raises(
+        ExtractorSpecError, match="extractor 'x': output: Input should be 'markdown' or 'text'"
+    ):
+        parse_extractor("x=cpu,output=html")
+    record_extractor(str(tmp_path), "cpu")
+    assert record_extractor(str(tmp_path), "cpu,output=text")["output"] == "text"
+    assert json.loads((tmp_path / EXTRACTOR_FILE).read_text())["output"] == "text"
+
+
 CASCADE = {"name": "casc", "labeler": "cpu", "route": {"labeler": "oracle", "share": 0.3}}
 
 

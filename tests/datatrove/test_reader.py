@@ -29,7 +29,8 @@ def read(name: str, **options) -> tuple[list, dict]:
 
 @pytest.mark.parametrize("name", FILES, ids=lambda n: n.rsplit("/", 1)[-1])
 def test_every_record_is_a_document_or_a_counted_drop(name):
-    documents, stats = read(name)
+    # the manifest counts as the data plane reads (truncated records dropped)
+    documents, stats = read(name, keep_truncated=False)
     expected = dict(MANIFEST["files"][name]["expected"])
     pages = expected.pop("page")
     assert len(documents) == pages
@@ -54,14 +55,16 @@ def test_documents_hold_the_decoded_page_and_where_it_came_from():
         assert document.metadata["file_path"].endswith(name) or "file_path" not in document.metadata
 
 
-def test_truncated_records_are_kept_on_request_and_counted_apart():
+def test_truncated_records_are_forwarded_flagged_and_counted_as_datatroves_reader_does():
+    """By default, as datatrove's WarcReader; ``keep_truncated=False`` drops them, counted."""
     name = next(n for n in FILES if MANIFEST["files"][n]["expected"].get("truncated"))
     truncated = MANIFEST["files"][name]["expected"]["truncated"]
-    dropped_docs, _ = read(name)
-    kept_docs, stats = read(name, keep_truncated=True)
+    kept_docs, stats = read(name)
+    dropped_docs, dropped_stats = read(name, keep_truncated=False)
     assert len(kept_docs) == len(dropped_docs) + truncated
     assert total(stats["kept_truncated"]) == truncated
     assert "dropped:truncated" not in stats
+    assert total(dropped_stats["dropped:truncated"]) == truncated and "kept_truncated" not in dropped_stats
     assert sum(bool(d.metadata.get("truncated")) for d in kept_docs) == truncated
 
 

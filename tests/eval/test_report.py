@@ -155,8 +155,26 @@ def test_run_section_says_what_was_run(rendered):
     assert "Training steps30" in run and "WARC files4" in run
     # The LM extractor's spec: labeler, options, fallback.
     assert (
-        "vllm (model=/models/dripper-v1.1, answer_format=compact); fallback trafilatura, also on empty" in run
+        "vllm (model=/models/dripper-v1.1, answer_format=compact); fallback trafilatura, also on empty; "
+        "Markdown documents" in run
     )
+    assert "Document text" not in run  # every arm's documents are Markdown
+
+
+def test_arms_of_different_text_formats_are_called_out():
+    """A Markdown arm beside a plain-text baseline compares extractor and format at once: the report says so."""
+    from dripper.eval.report_html import _run_section
+
+    arms = [
+        {"name": "cpu", "spec": {"labeler": "cpu"}, "loss": None, "text_format": "markdown"},
+        {"name": "fineweb", "spec": {"labeler": "fineweb"}, "loss": None, "text_format": "text"},
+    ]
+    run = _run_section({"run": {}, "extractors": arms})
+    assert (
+        "cpu; fallback none; Markdown documents" in run
+        and "fineweb; fallback none; plain-text documents" in run
+    )
+    assert "Document text" in run and "mix the extractor with the format" in run
 
 
 def test_figure_data_reads_back_as_the_inputs(rendered):
@@ -323,7 +341,7 @@ def test_per_benchmark_corpus_extraction_and_training_tables(rendered):
         ["dripper-vllm", "30", "15,360", "5.950", "3.050"],
         ["trafilatura", "30", "15,360", "5.900", "3.000"],
     ]
-    assert "| dripper | 100 | 72 | 37000 | 10.00% | 0.8123 | 3.1000 |" in markdown
+    assert "| dripper | markdown | 100 | 72 | 37000 | 10.00% | 0.8123 | 3.1000 |" in markdown
 
 
 def test_missing_inputs_are_reported_as_missing(report_manifest, tmp_path):

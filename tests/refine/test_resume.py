@@ -176,3 +176,43 @@ def test_object_store_output_root(extracted_root, tiny_tokenizer, reference):
     fs = fsspec.filesystem("memory")
     assert fs.exists(f"{root}/refine/_summary.json") and fs.exists(f"{root}/corpus/part-00001.parquet")
     assert sorted(summary["exclusions"]) == ["input", "language", "url_dedup"]
+
+
+def test_plain_text_documents_where_the_extractor_spec_asks(extracted_root, tmp_path, reference):
+    """``output=text`` in the spec recorded beside the shards: each document is its Markdown as plain text
+    (rows of a whole-page extractor, plain already, untouched), the word steps count plain words, and the
+    summary says which; a changed format is a changed config."""
+    import shutil
+
+    from dripper.markdown_text import markdown_plain_text
+    from dripper.refine.pipeline import ExtractedShardReader
+    from dripper.stages.extractor import record_extractor
+
+    root = tmp_path / "root"
+    shutil.copytree(extracted_root, root)
+    assert reference["text_format"] == "markdown"  # no spec recorded: Markdown, as before
+    record_extractor(str(root), "trafilatura,output=text")
+    config = RefineConfig(  # no pii step: it edits the text
+        steps=("url_dedup", "language"), tasks=2, workers=1, output_format="jsonl", write_exclusions=False
+    )
+    summary = run_refine(str(root), str(tmp_path / "out"), config)
+    assert summary["text_format"] == "text"
+    by_id = {
+        row["doc_id"]: row["markdown"]
+        for shard in sorted((root / "extracted").glob("part-*.parquet"))
+        for row in pq.read_table(shard, columns=["doc_id", "markdown"]).to_pylist()
+    }
+    rows = []
+    for name in summary["corpus"]["files"]:
+        with gzip.open(tmp_path / "out" / name, "rt") as f:
+            rows += [json.loads(line) for line in f]
+    assert rows and all(row["text"] == markdown_plain_text(by_id[row["id"]]) for row in rows)
+    assert any(row["text"] != by_id[row["id"]] for row in rows)  # Markdown syntax went
+    with pytest.raises(ValueError, match="started with another config"):
+        run_refine(str(root), str(tmp_path / "out"), config.replace(text_format="markdown"))
+
+    shard = tmp_path / "fineweb.parquet"
+    plain = "- a bullet kept\n\nsnake_case | kept"
+    pq.write_table(pa.Table.from_pylist([{"doc_id": "a", "markdown": plain, "extractor": "fineweb"}]), shard)
+    reader = ExtractedShardReader(str(tmp_path), [shard.name], text_format="text")
+    assert [d.text for d in reader.run()] == [plain]

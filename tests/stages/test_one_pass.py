@@ -55,8 +55,8 @@ def test_one_pass_equals_two_passes_and_dripper_extract(tmp_path, capsys):
     # counted, the pages left without text).
     from dripper.datatrove import DripperExtractor, DripperWarcReader
 
-    reader = DripperWarcReader(str(Path(warc).parent), glob_pattern=Path(warc).name)
-    step = DripperExtractor("cpu", sandbox="none")
+    reader = DripperWarcReader(str(Path(warc).parent), glob_pattern=Path(warc).name, keep_truncated=False)
+    step = DripperExtractor("cpu", sandbox="none", output="markdown")
     forwarded = {document.id: document.text for document in step.run(reader.run())}
     assert forwarded and all(text == by_id[doc_id]["markdown"] for doc_id, text in forwarded.items())
     assert set(forwarded) == {i for i, row in by_id.items() if row["markdown"].strip()}

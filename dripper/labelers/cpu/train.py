@@ -83,6 +83,11 @@ def _predict(ensemble: TreeEnsemble, pages: Sequence[PageExample], indexes: Iter
     return dict(zip(indexes, np.split(probabilities, splits), strict=True))
 
 
+def _training(fold_of_training: np.ndarray, held_out: int) -> np.ndarray:
+    """The pages that train the models without fold ``held_out`` (``-1``: a page that trains none)."""
+    return (fold_of_training != held_out) & (fold_of_training >= 0)
+
+
 def cross_validate(
     pages: Sequence[PageExample],
     params: TrainParams,
@@ -91,8 +96,12 @@ def cross_validate(
     by: str = "site",
     quiet: bool = False,
     learner_seed: int | None = None,
+    trainable: Sequence[bool] | None = None,
 ) -> CrossValidation:
     """Grouped K-fold cross-validation of the two-stage model.
+
+    ``trainable`` (one flag per page) keeps pages out of every fold's training while they are still scored
+    out of fold: what a model trained without a collection does on it and on the others.
 
     ``seed`` draws the folds and, unless ``learner_seed`` is given, seeds the learner: the same folds under
     other learner seeds measure how much a figure owes to the training's own randomness (LightGBM's row
@@ -109,10 +118,14 @@ def cross_validate(
         raise ValueError(f"cross-validating the two-stage model needs at least 3 folds, got {k}")
     members = [np.flatnonzero(fold_of == fold) for fold in range(k)]
     everything = np.arange(len(pages))
+    if trainable is not None:  # a fold's training pages: outside the fold and trainable
+        fold_of_training = np.where(np.asarray(trainable, dtype=bool), fold_of, -1)
+    else:
+        fold_of_training = fold_of
     without: dict[frozenset, TreeEnsemble] = {}
     for f in range(k):
         _log(f"fold {f + 1}/{k}: stage 1 ({len(members[f])} pages held out)", quiet)
-        without[frozenset([f])] = fit_stage(pages, everything[fold_of != f], params, seed)
+        without[frozenset([f])] = fit_stage(pages, everything[_training(fold_of_training, f)], params, seed)
     stage1_test: dict[int, np.ndarray] = {}
     for f in range(k):
         stage1_test.update(_predict(without[frozenset([f])], pages, members[f]))
@@ -131,11 +144,11 @@ def cross_validate(
             pair = frozenset([f, g])
             if pair not in without:
                 _log(f"stage 1 without folds {f + 1} and {g + 1}", quiet)
-                keep = everything[(fold_of != f) & (fold_of != g)]
+                keep = everything[_training(fold_of_training, f) & (fold_of_training != g)]
                 without[pair] = fit_stage(pages, keep, params, seed)
             inner.update(_predict(without[pair], pages, members[g]))
         _log(f"fold {f + 1}/{k}: stage 2", quiet)
-        training = everything[fold_of != f]
+        training = everything[_training(fold_of_training, f)]
         stage2 = fit_stage(pages, training, params, seed, inner)
         model = CpuModel(stage1, stage2, **params.decision_settings())
         models.append(model)
@@ -277,6 +290,7 @@ def train_labeler(
     exclude_ids: Iterable[str] = (),
     limit: int | None = None,
     quiet: bool = False,
+    exclude_sources: Iterable[str] = (),
 ) -> tuple[CpuModel, dict]:
     """Build the training set, cross-validate (site-grouped), train on everything and write the model.
 
@@ -291,6 +305,7 @@ def train_labeler(
             needs K out-of-fold stage-1 fits.
         exclude_ids: Page ids not to train on.
         limit: Read at most this many records per file.
+        exclude_sources: Collections (records' ``source``) not to train on; named in the metadata.
         quiet: No progress lines on stderr.
 
     Returns:
@@ -299,8 +314,14 @@ def train_labeler(
     params = params or TrainParams()
     exclude_ids = set(exclude_ids)
     _log(f"building the training set from {', '.join(map(str, data))}", quiet)
+    exclude_sources = sorted(set(exclude_sources))
     training = build_training_set(
-        data, workers=workers, exclude_ids=exclude_ids, limit=limit, progress=not quiet
+        data,
+        workers=workers,
+        exclude_ids=exclude_ids,
+        limit=limit,
+        progress=not quiet,
+        exclude_sources=exclude_sources,
     )
     pages = training.pages
     if len(pages) < max(folds, 2):
@@ -335,6 +356,7 @@ def train_labeler(
         "folds": folds,
         "seed": seed,
         "excluded_ids": len(exclude_ids),
+        "excluded_sources": exclude_sources,
         "labels": "oracle alignment of ground_truth_text (dripper.labelers.oracle, default options)",
         **report,
     }

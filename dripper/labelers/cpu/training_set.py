@@ -255,9 +255,15 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def file_records(path: Path, excluded: set[str], limit: int | None, skipped: Counter) -> list[dict]:
-    """The records of one training file, at most ``limit``, without the ``excluded`` ids (counted in
-    ``skipped``); a missing file is an error, not an empty set."""
+def file_records(
+    path: Path,
+    excluded: set[str],
+    limit: int | None,
+    skipped: Counter,
+    excluded_sources: frozenset = frozenset(),
+) -> list[dict]:
+    """The records of one training file, at most ``limit``, without the ``excluded`` ids and the records of
+    ``excluded_sources`` (counted in ``skipped``); a missing file is an error, not an empty set."""
     if not path.exists():
         raise FileNotFoundError(f"training data {path} does not exist")
     records = []
@@ -266,6 +272,9 @@ def file_records(path: Path, excluded: set[str], limit: int | None, skipped: Cou
             break
         if str(record.get("id")) in excluded:
             skipped["excluded id"] += 1
+            continue
+        if record.get("source") in excluded_sources:
+            skipped[f"excluded source {record.get('source')}"] += 1
             continue
         records.append(record)
     return records
@@ -277,6 +286,7 @@ def build_training_set(
     exclude_ids: Iterable[str] = (),
     limit: int | None = None,
     progress: bool = False,
+    exclude_sources: Iterable[str] = (),
 ) -> TrainingSet:
     """Simplify, label (``oracle``, or snippets: partially) and featurise the pages of dev-format files.
 
@@ -286,6 +296,8 @@ def build_training_set(
         exclude_ids: Record ids to leave out (e.g. the bundled sample pages, kept for an honest test).
         limit: Read at most this many records per file.
         progress: Print a line per file to stderr.
+        exclude_sources: Collections (the records' ``source``) to leave out, e.g. one whose licence does
+            not allow training on it.
 
     Returns:
         The :class:`TrainingSet`, pages in file order.
@@ -295,7 +307,7 @@ def build_training_set(
     excluded = set(exclude_ids)
     training = TrainingSet(pages=[])
     for path in map(Path, paths):
-        records = file_records(path, excluded, limit, training.skipped)
+        records = file_records(path, excluded, limit, training.skipped, frozenset(exclude_sources))
         if workers > 1:
             with ProcessPoolExecutor(max_workers=workers) as pool:
                 results = [item for batch in pool.map(_examples, _batches(records, 16)) for item in batch]

@@ -108,3 +108,32 @@ def test_a_threshold_asked_for_is_the_decision_rule():
     assert params("--threshold", "0.6").decision == "threshold"
     assert params("--threshold", "0.6", "--decision", "expected_f1").decision == "expected_f1"
     assert params("--bags", "2").bags == 2 and params("--bags", "2").decision == "expected_f1"
+
+
+def test_a_collection_left_out_of_training(monkeypatch):
+    """``--exclude-source``: its records never reach the training set (counted); in cross-validation
+    (``trainable``) they train no fold's model and are still scored out of fold."""
+    from collections import Counter
+
+    import dripper.labelers.cpu.train as train
+    from dripper.labelers.cpu.training_set import build_training_set, file_records
+
+    skipped = Counter()
+    records = file_records(SAMPLE, set(), 30, skipped, frozenset({"scrapinghub_aeb"}))
+    assert records and all(r["source"] != "scrapinghub_aeb" for r in records)
+    assert skipped["excluded source scrapinghub_aeb"] > 0
+
+    pages = build_training_set([SAMPLE], limit=18).pages
+    trainable = [i % 3 != 0 for i in range(len(pages))]
+    trained_on: set[int] = set()
+    real_fit = train.fit_stage
+
+    def recording_fit(pages_, indices, *args, **kwargs):
+        trained_on.update(int(i) for i in indices)
+        return real_fit(pages_, indices, *args, **kwargs)
+
+    monkeypatch.setattr(train, "fit_stage", recording_fit)
+    params = TrainParams(rounds=2, threads=1, min_data_in_leaf=1)  # two stages: the inner fits too
+    cv = train.cross_validate(pages, params, folds=3, quiet=True, trainable=trainable)
+    assert trained_on == {i for i, flag in enumerate(trainable) if flag}
+    assert [len(p) for p in cv.probabilities] == [len(page.labels) for page in pages]  # all scored
