@@ -30,10 +30,12 @@ wants many prompts at once; the CPU labeler does not care).
 
 - ``process``: a forked child process holding the extractor (:class:`dripper.sandbox.Sandbox`, what
   datatrove's ``ExtractorSandbox`` does for its extractors, with the child's start bounded apart by
-  ``startup_timeout``), one pipe round trip per *batch* (not per document); a batch over
-  ``timeout × documents`` seconds, or a child that dies (out of memory, a crash in a C library), kills the
-  child, and the batch's documents are retried one by one, each with ``timeout``; the one that still fails
-  is dropped (``dropped:timeout``, ``dropped:broken_process``), the others are kept;
+  ``startup_timeout``). Without a language model in the spec each document is a call of its own under
+  ``timeout`` (one pipe round trip per document): a document past it, or whose child dies (out of memory, a
+  crash in a C library), is dropped (``dropped:timeout``, ``dropped:broken_process``), the child is
+  started again for the next one, and no document is extracted twice. With a language model (a batch
+  is what an engine wants) a batch over ``timeout × documents`` seconds is retried one by one, each with
+  ``timeout``: the one that still fails is dropped, the others are kept;
 - ``signal``: the same bounds in this process with ``SIGALRM`` (no child, no pipe; cannot stop a C call that
   never returns to Python, and only works in the main thread, else it runs unbounded and says so once);
 - ``none``: no bound.
@@ -108,7 +110,8 @@ class DripperExtractor(PipelineStep):
             filters expect) or ``markdown`` (headings, lists, tables). The step's own choice: a spec's
             ``output`` field is the run folders' (the refine stage's), not read here.
         batch_size: Documents per labeler call.
-        timeout: Seconds per document (a batch gets ``timeout × documents``); ``None``: no bound.
+        timeout: Seconds per document (a spec with a language model: its batch gets ``timeout × documents``);
+            ``None``: no bound.
         sandbox: ``auto``, ``process``, ``signal`` or ``none`` (see the module docstring).
         startup_timeout: Seconds a ``process`` sandbox's child may take to start and build the extractor.
         max_page_bytes: Larger pages are dropped as ``too_large`` (default: the extract stage's).
@@ -129,7 +132,7 @@ class DripperExtractor(PipelineStep):
         max_page_bytes: int | None = None,
     ) -> None:
         super().__init__()
-        from dripper.config.extractor import check_labeler_options, parse_extractor
+        from dripper.config.extractor import check_labeler_options, labeler_is_lm, parse_extractor
 
         if output not in ("markdown", "text"):
             raise ValueError(f"output must be 'markdown' or 'text', got {output!r}")
@@ -147,6 +150,12 @@ class DripperExtractor(PipelineStep):
         if sandbox == "auto":
             sandbox = "signal" if self.spec.needs_gpu else "process"
         self.sandbox = sandbox if timeout is not None else "none"
+        # Each document a call of its own under its own timeout, in the process sandbox, for a spec with no
+        # language model (a CPU labeler gains nothing from a batch): a hang costs that document alone and no
+        # document is extracted twice. An LM wants its batch: bounded as a whole, retried one by one.
+        route = self.spec.route
+        lm = self.spec.is_lm or (route is not None and labeler_is_lm(route.labeler))
+        self.per_document = self.sandbox == "process" and not lm
         self.startup_timeout = startup_timeout
         self.max_page_bytes = max_page_bytes
         self._pipeline: Any = None
@@ -220,7 +229,7 @@ class DripperExtractor(PipelineStep):
     def _finish(self, batch: list[Document], call: Any) -> DocumentsPipeline:
         items = [_item(document) for document in batch]
         with self.track_time(unit="batch"):
-            outcomes = call(items)
+            outcomes = [_single(call([item])) for item in items] if self.per_document else call(items)
             if not isinstance(outcomes, list):
                 # The batch failed as a whole (a timeout, a dead child, an error): one by one, so that only
                 # the document that fails alone is lost.

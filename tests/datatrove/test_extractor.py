@@ -98,14 +98,53 @@ PAGE = "<html><body><article><h1>Title</h1><p>" + "Some words of text. " * 30 + 
 
 
 @pytest.mark.parametrize("sandbox", ["process", "signal"])
-def test_a_document_past_its_time_is_dropped_and_its_batch_kept(sandbox):
-    spec = {"name": "stalls", "labeler": MISBEHAVING, "options": {"mode": "sleep"}}
+def test_a_document_past_its_time_is_dropped_and_its_batch_kept(sandbox, tmp_path):
+    """The process sandbox bounds each document of a CPU spec by itself: nothing is labelled twice. The
+    signal sandbox bounds the batch (as for an LM) and retries it one by one after a hang."""
+    log = tmp_path / "labelled.txt"
+    spec = {"name": "stalls", "labeler": MISBEHAVING, "options": {"mode": "sleep", "log": str(log)}}
     step = DripperExtractor(spec, sandbox=sandbox, timeout=1.0, batch_size=4)
+    assert step.per_document == (sandbox == "process")
     out = list(step.run(docs(6, stall=2, html=PAGE)))
     assert [d.id for d in out] == ["d0", "d1", "d3", "d4", "d5"]
     stats = stats_of(step)
-    assert stats["dropped:timeout"] == 1 and stats["batches_retried"] == 1
+    assert stats["dropped:timeout"] == 1
     assert all(d.metadata["extractor"] == "dripper:misbehaving" for d in out)
+    labelled = log.read_text().split()
+    if sandbox == "process":
+        assert "batches_retried" not in stats
+        assert sorted(labelled) == sorted(
+            f"https://example.org/{u}" for u in ("ok0", "ok1", "stall", "ok3", "ok4", "ok5")
+        )
+    else:  # the batch that hung is labelled again, one by one
+        assert stats["batches_retried"] == 1 and labelled.count("https://example.org/ok0") == 2
+
+
+def test_a_fallback_that_hangs_loses_only_its_document(monkeypatch, tmp_path):
+    """The fallback runs inside the document's bound: a page it hangs on is dropped, the others kept, and
+    none of them extracted twice."""
+    import time
+
+    import dripper.fallback
+    from dripper.fallback import Fallback
+
+    class Hangs(Fallback):
+        name = "trafilatura"
+
+        def main_html(self, html, url):
+            time.sleep(60)
+            return html
+
+    monkeypatch.setitem(dripper.fallback._FALLBACKS, "trafilatura", Hangs)  # inherited by the forked child
+    log = tmp_path / "labelled.txt"
+    spec = {"name": "declines", "labeler": MISBEHAVING, "options": {"mode": "decline", "log": str(log)}}
+    step = DripperExtractor(spec, sandbox="process", timeout=1.0, batch_size=4)
+    out = list(step.run(docs(5, stall=1, html=PAGE)))
+    assert [d.id for d in out] == ["d0", "d2", "d3", "d4"]
+    assert stats_of(step)["dropped:timeout"] == 1
+    assert sorted(log.read_text().split()) == sorted(
+        f"https://example.org/{u}" for u in ("ok0", "stall", "ok2", "ok3", "ok4")
+    )
 
 
 def test_a_child_that_dies_loses_only_its_document():
