@@ -12,8 +12,8 @@ steady-state cost per document. Arms:
 
 - ``fineweb``: datatrove's ``WarcReader`` → ``Trafilatura(favour_precision=True)`` (FineWeb's settings, its
   per-document sandbox process): the reference;
-- ``dripper``: ``DripperWarcReader`` → ``DripperExtractor("cpu")`` (its default sandbox, one child, one
-  round trip per batch);
+- ``dripper``: ``DripperWarcReader`` → ``DripperExtractor("cpu")`` (its default sandbox: one child, one
+  round trip per document, the child started again only after a document that hangs or kills it);
 - ``dripper-signal``, ``dripper-none``: the same with the ``signal`` bound or none (what the child costs);
 - ``dripper-reader+trafilatura``: our reader before datatrove's ``Trafilatura`` (what the reader costs).
 

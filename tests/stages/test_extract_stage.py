@@ -187,6 +187,7 @@ def test_cli_extract_takes_an_extractor_spec_and_keeps_one_spec_per_root(referen
         "options": {"min_words": 8},
         "fallback": "trafilatura",
         "fallback_on_empty": False,
+        "output": "markdown",  # the corpus documents' text: Markdown unless the spec says text
         "gpu": None,  # where its tasks run: by the labeler
     }
     assert comparable(read_stage(str(out), "extracted")) == expected_rows(reference_run, "extracted", root)
