@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 # out first, by tests/durations.json: `make test PYTEST_ARGS=--store-durations` refreshes it); a test that
 # hangs ends after TEST_TIMEOUT seconds with its threads' stacks, instead of CI's limit ending the whole run.
 TEST_WORKERS ?= 3
-TEST_TIMEOUT ?= 1500
+TEST_TIMEOUT ?= 2700
 
 .PHONY: install tiny-models oracle cluster-engines test demo demo-stop demo-extract lint format bench clean
 

@@ -39,7 +39,7 @@ from tests.conftest import free_port
 from tests.dags import SAMPLE
 from tests.dags.conftest import SMALL_BUILD, AirflowServer
 
-RUN_SECONDS = 900
+RUN_SECONDS = 1800  # a hang guard (a loaded machine is not a hung run), under the Makefile's TEST_TIMEOUT
 STUCK_SCHEDULER_SECONDS = 90  # a scheduler unhealthy this long after the restart is stuck, not starting
 #: The tiny CPU run of tests/pretrain/test_parallel_cpu.py: 2 data-parallel ranks, gloo.
 TINY_TRAINING = [

@@ -22,8 +22,11 @@ from tests.dags.conftest import SMALL_BUILD, AirflowServer
 
 pytestmark = pytest.mark.slow
 
-RUN_SECONDS = 300
-ABLATION_SECONDS = 900
+# Hang guards, not speed targets (issue 60): on two shared cores the defaults ablation took 807 s in one
+# loaded run and over 900 s in another, so the bounds sit well above and under the suite's per-test guard
+# (TEST_TIMEOUT in the Makefile).
+RUN_SECONDS = 1200
+ABLATION_SECONDS = 2000
 
 
 def _assert_built(server: AirflowServer, run_id: str, run: dict) -> dict:
